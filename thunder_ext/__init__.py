@@ -1,0 +1,28 @@
+"""thunder-ext: in-place PyTorch code that compiles correctly under Thunder's dataflow fusion."""
+
+from thunder_ext.barriers import insert_barriers, place_barriers
+from thunder_ext.errors import (
+    InplaceOrderingError,
+    SavedTensorMutationError,
+    UnorderableAccessError,
+    ViewGradientError,
+)
+
+__all__ = [
+    "InplaceBarrierTransform",
+    "InplaceOrderingError",
+    "SavedTensorMutationError",
+    "UnorderableAccessError",
+    "ViewGradientError",
+    "insert_barriers",
+    "place_barriers",
+]
+
+
+def __getattr__(name: str):
+    # The transform lives in thunder_ext.transforms, which imports this package.
+    if name == "InplaceBarrierTransform":
+        from thunder_ext.transforms import InplaceBarrierTransform
+
+        return InplaceBarrierTransform
+    raise AttributeError(f"module 'thunder_ext' has no attribute {name!r}")

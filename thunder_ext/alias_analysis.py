@@ -1,0 +1,116 @@
+"""Storage groups: which proxies of a trace may share memory.
+
+A *storage group* is a set of proxy names that may alias.  It is built, flow-insensitively,
+from every alias edge that :func:`thunder_ext.op_kinds.effect_of` reports: view outputs,
+the outputs of writes (``copy_`` returns its destination), and barrier outputs.
+
+Invariants:
+
+* groups only grow: an edge that might alias is an edge (reshape counts, even though it
+  sometimes copies), so two proxies in different groups never share memory;
+* inputs are distinct storages.  Thunder merges aliasing inputs before any transform runs
+  (``replace_args_with_alias_map``), so by the time a trace reaches us the only aliasing
+  between inputs it knows of is already expressed as a reshape or a plain substitution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from thunder.core.proxies import Proxy, TensorProxy
+from thunder.core.pytree import tree_flatten
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx
+
+from thunder_ext.op_kinds import Effect, PrimIDs, effect_of, tensor_args
+
+
+def input_names(trace: TraceCtx) -> set[str]:
+    """Names of the tensor proxies the trace receives as arguments."""
+    flat, _ = tree_flatten((trace.args, trace.kwargs))
+    names = {p.name for p in flat if isinstance(p, TensorProxy)}
+    # Thunder's traces unpack their inputs with UNPACK_TRIVIAL; a trace built by hand may
+    # carry no args and only the unpacks tell what the inputs are.
+    for bsym in trace.bound_symbols:
+        if bsym.sym.id == PrimIDs.UNPACK_TRIVIAL:
+            names.update(p.name for p in bsym.flat_proxy_outs if isinstance(p, TensorProxy))
+    return names
+
+
+class StorageGroups:
+    """Union-find over proxy names; ``group(name)`` is a canonical representative."""
+
+    def __init__(self) -> None:
+        self._parent: dict[str, str] = {}
+
+    def group(self, name: str) -> str:
+        parent = self._parent
+        root = name
+        while parent.get(root, root) != root:
+            root = parent[root]
+        while name != root:  # path compression
+            parent[name], name = root, parent.get(name, root)
+        return root
+
+    def add(self, name: str) -> None:
+        self._parent.setdefault(name, name)
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.group(a), self.group(b)
+        if ra != rb:
+            self._parent[ra] = rb
+
+    def members(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for name in list(self._parent):
+            out.setdefault(self.group(name), []).append(name)
+        for root in list(out):
+            if root not in out[root]:
+                out[root].append(root)
+        return out
+
+
+@dataclass
+class AliasInfo:
+    """Alias analysis of a list of bound symbols."""
+
+    effects: list[Effect]
+    groups: StorageGroups
+    inputs: set[str]
+
+    def group_of(self, proxy: Proxy | str) -> str:
+        return self.groups.group(proxy if isinstance(proxy, str) else proxy.name)
+
+    def writes_of(self, index: int) -> tuple[TensorProxy, ...]:
+        return self.effects[index].writes
+
+    @property
+    def mutated_groups(self) -> set[str]:
+        return {self.group_of(w) for e in self.effects for w in e.writes}
+
+    @property
+    def input_groups(self) -> set[str]:
+        return {self.group_of(n) for n in self.inputs}
+
+
+def storage_groups(bsyms: Sequence[BoundSymbol], inputs: Iterable[str] = ()) -> AliasInfo:
+    """Classify every bsym and union the proxies that may share storage."""
+    groups = StorageGroups()
+    effects = []
+    for bsym in bsyms:
+        e = effect_of(bsym)
+        effects.append(e)
+        for p in (*bsym.flat_proxy_args, *bsym.flat_proxy_outs):
+            if isinstance(p, TensorProxy):
+                groups.add(p.name)
+        for out, arg in e.aliases:
+            groups.union(out.name, arg.name)
+    return AliasInfo(effects=effects, groups=groups, inputs=set(inputs))
+
+
+def accessed_groups(info: AliasInfo, bsym: BoundSymbol, effect: Effect) -> set[str]:
+    """Groups whose data ``bsym`` reads or writes.  Pure view creation reads no data."""
+    if effect.is_view or effect.is_barrier:
+        return set()
+    return {info.group_of(p) for p in tensor_args(bsym)}

@@ -1,0 +1,371 @@
+"""Barrier insertion: make data edges alone order every access to mutated storage.
+
+``insert_barriers(trace)`` is a pure pass from trace to trace.  It
+
+1. strips every ``update_aliases`` barrier already in the trace (Thunder's or ours),
+   renaming each barrier output back to its input, so that nothing stacks and applying
+   the pass twice changes nothing;
+2. walks the bound symbols once in program order and adds a barrier only where the
+   data edges do not already give the order (see *Ordering* below);
+3. removes dead in-place ops (:mod:`thunder_ext.dead_writes`) and, if it removed any,
+   places the barriers again on what is left.
+
+Ordering.  For every storage group with a write (:mod:`thunder_ext.alias_analysis`),
+the accesses in program order form epochs ``W_k, R.., W_k+1, R..``.  It is enough that
+
+* every access of epoch ``k`` (its write and its reads) reaches ``W_k+1`` (WAR, WAW), and
+* ``W_k`` reaches every access of epoch ``k`` (RAW);
+
+every pair then follows by transitivity.  Reachability is tracked with one bit per
+access to a mutated group, so the check is a bit test.  A write renames its destination
+to its own output (as Thunder's pass does), which orders later uses of that proxy for
+free; other members of the group (views, the base) read after the write go through one
+barrier that consumes an output of the write.  A write that does not return what it
+writes (``batch_norm``'s running stats) is handled the same way: the barrier consumes
+one of the composite's outputs.  The return is an access like any other, so it always
+reads the latest version of every mutated input.
+
+Economy.  Besides the barriers that ordering needs, one barrier goes before each write
+whose destination is not a trace input: nvFuser can only write to a tensor that is an
+input of its fusion region, and the barrier (which nvFuser does not fuse) makes it one.
+A write to a trace input needs none.
+
+Pure view creation (``x[0]``, ``expand``, ...) reads no data and is not an access; a
+``reshape`` that may copy is.  Barriers, stripped in step 1, are never accesses.
+
+The pass reads the input trace and never mutates it: new bsyms are made with
+``from_bsym``/``from_bsym_swap_proxies``, and subsymbols are copied before Thunder's
+``dce`` (which edits subsymbols in place) sees them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from thunder.core import prims
+from thunder.core.proxies import TensorProxy, variableify
+from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
+from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
+from thunder.extend import Executor, OperatorExecutor
+
+from thunder_ext.alias_analysis import AliasInfo, accessed_groups, input_names, storage_groups
+from thunder_ext.errors import UnorderableAccessError
+from thunder_ext.op_kinds import describe, is_barrier, is_return, tensor_args, tensor_outs
+
+BARRIER_TAG = "thunder_ext"
+
+
+@dataclass
+class BarrierRecord:
+    """Why one barrier was placed: ``reason`` is 'RAW', 'WAR' or 'nvfuser-write-input'."""
+
+    reasons: list[str]
+    before: BoundSymbol
+
+
+@dataclass
+class AliasRead:
+    """A read, after a write, of a proxy other than the one the write returned (class 5 shape)."""
+
+    write: BoundSymbol
+    read: BoundSymbol
+    proxy: TensorProxy
+    written: TensorProxy
+
+
+@dataclass
+class BarrierReport:
+    """What the pass did; the transform and the main job read it."""
+
+    barriers: list[BarrierRecord] = field(default_factory=list)
+    alias_reads: list[AliasRead] = field(default_factory=list)
+    backward_reads_of_forward_writes: list[tuple[BoundSymbol, BoundSymbol]] = field(default_factory=list)
+    dead_writes: list[BoundSymbol] = field(default_factory=list)
+    stripped: int = 0
+    seconds: float = 0.0
+
+
+def strip_barriers(bsyms: Sequence[BoundSymbol]) -> tuple[list[BoundSymbol], int]:
+    """Drop every barrier, renaming its outputs back to its (resolved) inputs."""
+    swap: dict = {}
+    out: list[BoundSymbol] = []
+    dropped = 0
+    for bsym in bsyms:
+        if is_barrier(bsym):
+            for o, i in zip(tensor_outs(bsym), tensor_args(bsym)):
+                swap[variableify(o)] = swap.get(variableify(i), i)
+            dropped += 1
+            continue
+        out.append(bsym.from_bsym_swap_proxies(swap) if swap else bsym)
+    return out, dropped
+
+
+def _barrier_symbol(executors: Sequence[Executor] | None):
+    """The barrier as the compilation's executors would claim it, so that it needs no further claiming."""
+    for ex in executors or ():
+        if isinstance(ex, OperatorExecutor):
+            impl = ex.implmap.get(prims.PrimIDs.UPDATE_ALIASES)
+            if impl is not None and impl.symbol is not None and impl.execution_transform is None:
+                return impl.symbol
+    return prims.update_aliases
+
+
+def _witness(bsym: BoundSymbol, prefer: Sequence[TensorProxy] = ()) -> TensorProxy | None:
+    """A tensor the bsym produces, to hang a data edge on (an alias of ``prefer`` if there is one)."""
+    outs = tensor_outs(bsym)
+    return (list(prefer) + outs + [None])[0] if outs else None
+
+
+def _short(bsym: BoundSymbol) -> str:
+    line = describe(bsym)
+    return line
+
+
+class _Placer:
+    """One forward walk over stripped bound symbols, adding barriers as ordering requires."""
+
+    def __init__(self, trace: TraceCtx, new_trace: TraceCtx, bsyms: list[BoundSymbol], executors, comment: bool):
+        self.trace, self.new_trace, self.bsyms = trace, new_trace, bsyms
+        self.inputs = input_names(trace)
+        self.info: AliasInfo = storage_groups(bsyms, self.inputs)
+        self.mutated = self.info.mutated_groups
+        self.barrier_sym = _barrier_symbol(executors)
+        self.comment = comment
+        self.report = BarrierReport()
+        self.origin: list[int] = []  # output position -> stripped index (-1 for a barrier)
+
+    def run(self) -> list[BoundSymbol]:
+        if not self.mutated:
+            self.origin = list(range(len(self.bsyms)))
+            return list(self.bsyms)
+        info, mutated = self.info, self.mutated
+        last_use: dict[str, int] = {}
+        for i, b in enumerate(self.bsyms):
+            for p in b.flat_proxy_args:
+                last_use[p.name] = i
+        members: dict[str, list[str]] = {g: m for g, m in info.groups.members().items() if g in mutated}
+        defined: set[str] = set(self.inputs)
+        swap: dict = {}  # variableified stripped proxy -> current version
+        holders: dict[str, set] = {}  # current version name -> stripped proxies that map to it
+        made_by_barrier: set[str] = set()
+        anc: dict[str, int] = {}  # current proxy name -> bitset of accesses it depends on
+        last_write: dict[str, tuple[int, TensorProxy | None, BoundSymbol, TensorProxy]] = {}
+        epoch: dict[str, list[tuple[int, TensorProxy | None, BoundSymbol]]] = {}
+        nbits = 0
+        out: list[BoundSymbol] = []
+
+        def current(name_or_proxy) -> TensorProxy:
+            return swap.get(variableify(name_or_proxy), name_or_proxy)
+
+        def bump(old: TensorProxy, new: TensorProxy) -> None:
+            """Every stripped proxy whose current version is ``old`` now reads ``new``."""
+            keys = holders.pop(old.name, set()) | {variableify(old)}
+            for k in keys:
+                swap[k] = new
+            holders.setdefault(new.name, set()).update(keys)
+
+        def ancestry(bsym: BoundSymbol) -> int:
+            acc = 0
+            for p in bsym.flat_proxy_args:
+                acc |= anc.get(p.name, 0)
+            return acc
+
+        for i, bsym in enumerate(self.bsyms):
+            effect = info.effects[i]
+            groups = accessed_groups(info, bsym, effect) & mutated
+            write_groups = {info.group_of(w) for w in effect.writes}
+            groups |= write_groups
+            cur = bsym.from_bsym_swap_proxies(swap, skip_output=True) if swap else bsym
+            if groups:
+                my_anc = ancestry(cur)
+                rename: dict[str, TensorProxy] = {}  # stripped name -> current version to pass through
+                rename_keys: dict[str, TensorProxy] = {}
+                witnesses: list[TensorProxy] = []
+                reasons: list[str] = []
+                for g in sorted(groups):
+                    if g in write_groups:
+                        for bit, wit, who in epoch.get(g, ()):
+                            if not (my_anc >> bit) & 1:
+                                if wit is None:
+                                    raise UnorderableAccessError(
+                                        "this access must precede an in-place write but produces no tensor "
+                                        "a barrier could consume",
+                                        who,
+                                        bsym,
+                                    )
+                                witnesses.append(wit)
+                                reasons.append(f"WAR: {_short(who)} before {_short(bsym)}")
+                        if witnesses:
+                            for w in effect.writes:
+                                if info.group_of(w) == g:
+                                    rename_keys[w.name], rename[w.name] = w, current(w)
+                        continue
+                    lw = last_write.get(g)
+                    if lw is None or (my_anc >> lw[0]) & 1:
+                        continue
+                    bit, wit, wbsym, written = lw
+                    if wit is None:
+                        raise UnorderableAccessError(
+                            "this in-place write produces no tensor a barrier could consume, "
+                            "so the later access cannot be ordered after it",
+                            wbsym,
+                            bsym,
+                        )
+                    for p in tensor_args(bsym):
+                        v = current(p)
+                        if info.group_of(p) == g and not (anc.get(v.name, 0) >> bit) & 1:
+                            self._note_read(wbsym, bsym, p, written)
+                            rename_keys[p.name], rename[p.name] = p, v
+                    for m in members.get(g, ()):
+                        if m in defined and last_use.get(m, -1) >= i and m not in rename:
+                            v = current(self._proxy(m))
+                            if not (anc.get(v.name, 0) >> bit) & 1:
+                                rename_keys[m], rename[m] = self._proxy(m), v
+                    witnesses.append(wit)
+                    reasons.append(f"RAW: {_short(wbsym)} before {_short(bsym)}")
+                # nvFuser can only write to an input of its fusion region; a barrier makes it one.
+                for w in effect.writes:
+                    v = current(w)
+                    if v.name not in self.inputs and v.name not in made_by_barrier and w.name not in rename:
+                        rename_keys[w.name], rename[w.name] = w, v
+                        reasons.append(f"nvFuser: write to non-input {v.name} in {_short(bsym)}")
+                if rename or witnesses:
+                    barrier, outs = self._barrier(list(rename.values()), witnesses, bsym, reasons)
+                    b_anc = 0
+                    for p in barrier.flat_proxy_args:
+                        b_anc |= anc.get(p.name, 0)
+                    for key, new in zip(rename, outs):
+                        bump(rename[key], new)
+                    for o in tensor_outs(barrier):
+                        anc[o.name] = b_anc
+                        made_by_barrier.add(o.name)
+                    out.append(barrier)
+                    self.origin.append(-1)
+                    cur = bsym.from_bsym_swap_proxies(swap, skip_output=True)
+                    my_anc = ancestry(cur)
+                if is_return(bsym):
+                    self._check_inputs_reached(my_anc, last_write)
+                bit = nbits
+                nbits += 1
+                my_anc |= 1 << bit
+                for g in groups:
+                    if g in write_groups:
+                        dests = [w for w in effect.writes if info.group_of(w) == g]
+                        dest_names = {d.name for d in dests}
+                        prefer = [o for o, a in effect.aliases if a.name in dest_names]
+                        last_write[g] = (bit, _witness(bsym, prefer), bsym, dests[0])
+                        epoch[g] = [(bit, _witness(bsym, prefer), bsym)]
+                    else:
+                        epoch.setdefault(g, []).append((bit, _witness(bsym), bsym))
+            else:
+                my_anc = ancestry(cur)
+            out.append(cur)
+            self.origin.append(i)
+            for p in cur.flat_proxy_outs:
+                anc[p.name] = my_anc
+                defined.add(p.name)
+            # A write's output is the new version of what it wrote.
+            for o, a in effect.aliases:
+                if any(a is w for w in effect.writes):
+                    bump(current(a), o)
+        return out
+
+    def _proxy(self, name: str) -> TensorProxy:
+        return self._proxies[name]
+
+    @property
+    def _proxies(self) -> dict[str, TensorProxy]:
+        cache = getattr(self, "_proxy_cache", None)
+        if cache is None:
+            cache = {}
+            for b in self.bsyms:
+                for p in (*b.flat_proxy_args, *b.flat_proxy_outs):
+                    if isinstance(p, TensorProxy):
+                        cache.setdefault(p.name, p)
+            self._proxy_cache = cache
+        return cache
+
+    def _note_read(self, wbsym, rbsym, proxy, written) -> None:
+        if proxy.name != written.name:
+            self.report.alias_reads.append(AliasRead(wbsym, rbsym, proxy, written))
+        if has_tags(rbsym, {BoundSymbolTag.BACKWARD}) and not has_tags(wbsym, {BoundSymbolTag.BACKWARD}):
+            self.report.backward_reads_of_forward_writes.append((wbsym, rbsym))
+
+    def _check_inputs_reached(self, ret_anc: int, last_write) -> None:
+        for g in self.info.input_groups:
+            lw = last_write.get(g)
+            if lw is not None and not (ret_anc >> lw[0]) & 1:
+                raise UnorderableAccessError(
+                    "this write mutates an input, but the return references no member of its storage, "
+                    "so nothing orders it before the return",
+                    lw[2],
+                )
+
+    def _barrier(self, members: list[TensorProxy], witnesses: list[TensorProxy], before: BoundSymbol, reasons):
+        seen = {p.name for p in members}
+        extra = []
+        for w in witnesses:
+            if w.name not in seen:
+                seen.add(w.name)
+                extra.append(w)
+        ins = tuple(members) + tuple(extra)
+        with tracectx(self.new_trace):
+            outs = tuple(TensorProxy(like=p, requires_grad=p.requires_grad) for p in ins)
+        bsym = self.barrier_sym.bind(ins, output=outs)
+        header = ""
+        if self.comment:
+            header = f"{BARRIER_TAG}: " + "; ".join(dict.fromkeys(reasons))
+        bsym = bsym.from_bsym(
+            header=header,
+            source_filename=before.source_filename,
+            source_positions=before.source_positions,
+        )
+        if has_tags(before, {BoundSymbolTag.BACKWARD}):
+            bsym.tags.add(BoundSymbolTag.BACKWARD)
+        self.report.barriers.append(BarrierRecord(list(reasons), before))
+        return bsym, outs[: len(members)]
+
+
+def place_barriers(
+    trace: TraceCtx, *, executors: Sequence[Executor] | None = None, comment: bool = True
+) -> tuple[TraceCtx, BarrierReport]:
+    """The full pass, returning the new trace and a report of what it did."""
+    from thunder_ext.dead_writes import dead_inplace_ops, remove_bsyms
+
+    start = time.perf_counter()
+    stripped, nstripped = strip_barriers(trace.bound_symbols)
+    new_trace = from_trace(trace)
+    placer = _Placer(trace, new_trace, stripped, executors, comment)
+    out = placer.run()
+    dead = dead_inplace_ops(out, placer.inputs)
+    report = placer.report
+    if dead:
+        dead_origins = {placer.origin[k] for k in dead}
+        dead_bsyms = [stripped[j] for j in sorted(dead_origins)]
+        stripped = remove_bsyms(trace, stripped, dead_origins)
+        placer = _Placer(trace, new_trace, stripped, executors, comment)
+        out = placer.run()
+        report = placer.report
+        report.dead_writes = dead_bsyms
+    report.stripped = nstripped
+    new_trace.bound_symbols = out
+    report.seconds = time.perf_counter() - start
+    new_trace.set_provenance(
+        TraceProvenance(
+            f"thunder_ext barriers ({len(report.barriers)} placed, {nstripped} stripped, "
+            f"{len(report.dead_writes)} dead in-place ops removed; took {report.seconds * 1e3:.0f} ms)"
+        )
+    )
+    return new_trace, report
+
+
+def insert_barriers(trace: TraceCtx, *, executors: Sequence[Executor] | None = None) -> TraceCtx:
+    """Return a copy of ``trace`` whose data edges alone order every access to mutated storage.
+
+    Existing ``update_aliases`` barriers are replaced, dead in-place ops are removed, and the
+    return stays last.  ``executors``, when given, picks the barrier symbol the compilation's
+    executors would claim (used at the fusion stage).
+    """
+    return place_barriers(trace, executors=executors)[0]

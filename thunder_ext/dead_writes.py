@@ -1,0 +1,63 @@
+"""Dead in-place ops: writes that no input reaches and nothing later reads.
+
+Thunder's ``dce`` keeps every bsym that contains a ``copy_`` (``prims.copy_`` carries
+``DONT_DCE`` and ``has_tags`` looks into subsymbols), and an extension cannot retag
+symbols.  So this module finds the dead writes itself and removes them; Thunder's ``dce``
+then removes whatever only they needed.
+
+Liveness is read off data edges, which is sound only on a trace whose barriers already
+order every access (the output of :class:`thunder_ext.barriers._Placer`): there, a later
+read of written storage consumes the write's output, directly or through a barrier.
+
+* Roots: the return; every write to storage an input reaches (never removed); every bsym
+  tagged ``DONT_DCE`` that is not a write (side effects we do not understand).
+* A write is dead when it is not a root and none of its outputs is needed by a live bsym.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from thunder.core import prims
+from thunder.core.symbol import BoundSymbol, has_tags
+from thunder.core.trace import TraceCtx, from_trace
+from thunder.core.transform_common import dce
+
+from thunder_ext.alias_analysis import storage_groups
+from thunder_ext.op_kinds import is_return
+
+
+def dead_inplace_ops(bsyms: Sequence[BoundSymbol], inputs: Iterable[str]) -> list[int]:
+    """Indices of the in-place bsyms in ``bsyms`` (a barriered list) that are dead."""
+    info = storage_groups(bsyms, inputs)
+    input_groups = info.input_groups
+    needed: set[str] = set()
+    dead: list[int] = []
+    for i in range(len(bsyms) - 1, -1, -1):
+        bsym, effect = bsyms[i], info.effects[i]
+        writes_input = any(info.group_of(w) in input_groups for w in effect.writes)
+        live = (
+            is_return(bsym)
+            or writes_input
+            or (not effect.writes and has_tags(bsym, {prims.OpTags.DONT_DCE}))
+            or any(p.name in needed for p in bsym.flat_proxy_outs)
+        )
+        if live:
+            needed.update(p.name for p in bsym.flat_proxy_args)
+        elif effect.writes:
+            dead.append(i)
+    return sorted(dead)
+
+
+def _fresh(bsym: BoundSymbol) -> BoundSymbol:
+    """A copy whose subsymbol tree is new objects: ``dce`` edits subsymbols in place."""
+    if not bsym.subsymbols:
+        return bsym.from_bsym()
+    return bsym.from_bsym(subsymbols=[_fresh(s) for s in bsym.subsymbols])
+
+
+def remove_bsyms(trace: TraceCtx, bsyms: Sequence[BoundSymbol], drop: set[int]) -> list[BoundSymbol]:
+    """``bsyms`` without the positions in ``drop``, then Thunder's ``dce`` on the rest."""
+    tmp = from_trace(trace)
+    tmp.bound_symbols = [_fresh(b) for i, b in enumerate(bsyms) if i not in drop]
+    return list(dce(tmp).bound_symbols)

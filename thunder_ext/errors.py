@@ -1,0 +1,28 @@
+"""Errors raised by thunder-ext.  Each names the bound symbol(s) and the user's source line."""
+
+from __future__ import annotations
+
+from thunder.core.symbol import BoundSymbol
+
+from thunder_ext.op_kinds import describe
+
+
+class InplaceOrderingError(RuntimeError):
+    """An in-place program that thunder-ext cannot compile with a guaranteed order."""
+
+    def __init__(self, message: str, *bsyms: BoundSymbol) -> None:
+        self.bsyms = bsyms
+        where = "; ".join(describe(b) for b in bsyms)
+        super().__init__(f"{message}\n  involved: {where}" if where else message)
+
+
+class UnorderableAccessError(InplaceOrderingError):
+    """Two accesses must be ordered but one of them produces no tensor to hang a data edge on."""
+
+
+class ViewGradientError(InplaceOrderingError):
+    """Class 5: a gradient would flow through a view of a tensor mutated in place."""
+
+
+class SavedTensorMutationError(InplaceOrderingError):
+    """Class 6: the forward writes in place to a value the backward reads."""

@@ -1,0 +1,228 @@
+"""What one bound symbol does to storage, at every stage of the Thunder 0.2.6 pipeline.
+
+The same operation shows up in three forms (see ``shared/docs/inplace-ordering.md`` §1):
+
+* right after tracing, as an ``ltorch`` composite (``ltorch.mul_`` with subsymbols
+  ``ltorch.mul`` and ``prims.copy_``);
+* at the fusion stage with the default executors, as an executor symbol with a string id
+  (``'copy_'``, ``'torch_slice_prim_impl'``, ``'update_aliases'``);
+* with nvFuser, as prims.
+
+Executor symbols are mapped back to the symbols they implement through the executors'
+own ``implmap`` tables, and view-ness is then read from Thunder's tables
+(``ltorch._syms_returning_views`` and friends).  A composite we do not recognise is
+analysed through its subsymbols, so a ``copy_`` buried in the middle of a composite
+(``batch_norm``'s running stats) is seen as a write of the composite's argument.
+
+Invariants this module relies on:
+
+* a ``copy_(src, dst)`` writes ``dst`` and its output aliases ``dst``;
+* a bsym tagged ``IN_PLACE`` that has no subsymbols writes its first tensor argument and
+  its tensor output aliases it;
+* inside a composite, proxy names of the composite's arguments are the same objects in its
+  subsymbols (Thunder binds subsymbols over the caller's proxies).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import thunder.torch as ltorch
+from thunder.core import prims
+from thunder.core.proxies import TensorProxy
+from thunder.core.symbol import BoundSymbol
+from thunder.extend import get_all_executors
+
+PrimIDs = prims.PrimIDs
+
+# Prims whose output always shares storage with their first input.
+_PRIM_VIEWS = frozenset(
+    {
+        PrimIDs.BROADCAST_IN_DIM,
+        PrimIDs.SLICE,
+        PrimIDs.SQUEEZE,
+        PrimIDs.TRANSPOSE,
+        PrimIDs.UNFOLD,
+        PrimIDs.VIEW,
+        PrimIDs.SHALLOW_COPY,
+        PrimIDs.BITCAST,
+    }
+)
+# Prims whose output may or may not share storage (reshape copies when it must).
+_PRIM_MAYBE_VIEWS = frozenset({PrimIDs.RESHAPE})
+
+
+@functools.cache
+def _implemented_ids() -> dict:
+    """Executor symbol id -> ids of the symbols it implements, read from every executor's implmap."""
+    table: dict = {}
+    for ex in get_all_executors():
+        for orig_id, impl in ex.implmap.items():
+            sym = getattr(impl, "symbol", None)
+            if sym is not None:
+                table.setdefault(sym.id, set()).add(orig_id)
+    return table
+
+
+@functools.cache
+def _view_ids() -> tuple[frozenset, frozenset]:
+    views = frozenset(s.id for s in ltorch._syms_returning_views) | _PRIM_VIEWS
+    maybe = frozenset(s.id for s in ltorch._syms_that_may_return_views) | _PRIM_MAYBE_VIEWS
+    return views, maybe
+
+
+@functools.cache
+def _inplace_ids() -> frozenset:
+    return frozenset(s.id for s in ltorch._inplace_to_out_of_place)
+
+
+def origin_ids(bsym: BoundSymbol) -> frozenset:
+    """The symbol's own id plus every id it implements on behalf of an executor."""
+    sid = bsym.sym.id
+    try:
+        return frozenset({sid}) | frozenset(_implemented_ids().get(sid, ()))
+    except TypeError:  # unhashable ids never occur in 0.2.6, but do not crash on one
+        return frozenset()
+
+
+def is_return(bsym: BoundSymbol) -> bool:
+    return bsym.sym.id == PrimIDs.RETURN
+
+
+def is_barrier(bsym: BoundSymbol) -> bool:
+    return PrimIDs.UPDATE_ALIASES in origin_ids(bsym)
+
+
+def is_copy(bsym: BoundSymbol) -> bool:
+    return PrimIDs.COPY_ in origin_ids(bsym)
+
+
+def is_fusion(bsym: BoundSymbol) -> bool:
+    return bool(bsym.sym.is_fusion)
+
+
+def _tagged_inplace(bsym: BoundSymbol) -> bool:
+    tags = bsym.sym.tags or ()
+    return prims.OpTags.IN_PLACE in tags or bool(origin_ids(bsym) & _inplace_ids())
+
+
+def view_kind(bsym: BoundSymbol) -> str | None:
+    """'view' if the output always aliases the input, 'maybe' if it may, else None."""
+    ids = origin_ids(bsym)
+    views, maybe = _view_ids()
+    if ids & views:
+        return "view"
+    if ids & maybe:
+        return "maybe"
+    return None
+
+
+def tensor_args(bsym: BoundSymbol) -> list[TensorProxy]:
+    return [p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)]
+
+
+def tensor_outs(bsym: BoundSymbol) -> list[TensorProxy]:
+    return [p for p in bsym.flat_proxy_outs if isinstance(p, TensorProxy)]
+
+
+@dataclass(frozen=True)
+class Effect:
+    """The storage effect of one bound symbol.
+
+    ``writes``: tensor arguments whose storage the bsym mutates.
+    ``aliases``: (output, argument) pairs that share storage after the bsym runs.
+    ``is_view``: the bsym only creates aliases and reads no data (not an access).
+    """
+
+    writes: tuple[TensorProxy, ...] = ()
+    aliases: tuple[tuple[TensorProxy, TensorProxy], ...] = ()
+    is_view: bool = False
+    is_barrier: bool = False
+    opaque: bool = field(default=False)
+
+
+_NO_EFFECT = Effect()
+
+
+def effect_of(bsym: BoundSymbol) -> Effect:
+    """Classify ``bsym``: which arguments it writes and which outputs alias which arguments."""
+    if is_return(bsym):
+        return _NO_EFFECT
+    if is_barrier(bsym):
+        ins, outs = tensor_args(bsym), tensor_outs(bsym)
+        return Effect(aliases=tuple(zip(outs, ins)), is_barrier=True)
+    if is_copy(bsym):
+        dst = bsym.flat_proxy_args[1]
+        outs = tensor_outs(bsym)
+        return Effect(writes=(dst,), aliases=tuple((o, dst) for o in outs[:1]))
+    kind = view_kind(bsym)
+    if kind is not None:
+        args = tensor_args(bsym)
+        if not args:
+            return _NO_EFFECT
+        return Effect(aliases=tuple((o, args[0]) for o in tensor_outs(bsym)), is_view=kind == "view")
+    if bsym.subsymbols:
+        return _composite_effect(bsym)
+    if _tagged_inplace(bsym):
+        args = tensor_args(bsym)
+        if not args:
+            return _NO_EFFECT
+        return Effect(writes=(args[0],), aliases=tuple((o, args[0]) for o in tensor_outs(bsym)[:1]))
+    return _NO_EFFECT
+
+
+def _leaves(bsym: BoundSymbol):
+    """Subsymbols, descending into composites until a recognised or indivisible symbol."""
+    for sub in bsym.subsymbols:
+        if sub.subsymbols and not (is_copy(sub) or is_barrier(sub) or view_kind(sub)):
+            yield from _leaves(sub)
+        else:
+            yield sub
+
+
+def _composite_effect(bsym: BoundSymbol) -> Effect:
+    """Writes and aliases of a composite, found by alias analysis over its subsymbols."""
+    parent: dict[str, str] = {}
+
+    def root(n: str) -> str:
+        while parent.get(n, n) != n:
+            n = parent[n]
+        return n
+
+    writes_roots: set[str] = set()
+    for leaf in _leaves(bsym):
+        e = effect_of(leaf)
+        for out, arg in e.aliases:
+            parent[root(out.name)] = root(arg.name)
+        for w in e.writes:
+            writes_roots.add(root(w.name))
+    if not writes_roots and not parent:
+        return _NO_EFFECT
+    args = tensor_args(bsym)
+    arg_roots = {}
+    for a in args:
+        arg_roots.setdefault(root(a.name), a)
+    writes = tuple({arg_roots[r].name: arg_roots[r] for r in writes_roots if r in arg_roots}.values())
+    aliases = tuple((o, arg_roots[root(o.name)]) for o in tensor_outs(bsym) if root(o.name) in arg_roots)
+    return Effect(writes=writes, aliases=aliases)
+
+
+def source_line(bsym: BoundSymbol) -> str:
+    """'file:line' of the user code that produced ``bsym``, or '<unknown source>'."""
+    pos = getattr(bsym, "source_positions", None)
+    fname = getattr(bsym, "source_filename", None)
+    if pos is None or fname is None:
+        for sub in bsym.subsymbols:
+            s = source_line(sub)
+            if s != "<unknown source>":
+                return s
+        return "<unknown source>"
+    return f"{fname}:{pos.lineno}"
+
+
+def describe(bsym: BoundSymbol) -> str:
+    """A one-line description of ``bsym`` for messages: its output, symbol name and source line."""
+    outs = tensor_outs(bsym)
+    lhs = f"{outs[0].name} = " if outs else ""
+    return f"`{lhs}{bsym.sym.name}` ({source_line(bsym)})"

@@ -1,0 +1,75 @@
+"""``InplaceBarrierTransform``: in-place ops stay ordered, and dead ones disappear, under dataflow fusion.
+
+Use it as ``thunder.jit(fn, transforms=[InplaceBarrierTransform()])`` or through ThunderFX
+(``thunderfx(fn, transforms=[...])``, ``ThunderCompiler(transforms=[...])``).
+
+It acts twice:
+
+* before autodiff (``transform_traces_pre_prologue``), on the computation trace, where it
+  also refuses gradients through views of mutated tensors (class 5);
+* at the fusion stage, after every decomposition and before any fusion pass, through
+  :class:`thunder_ext.integration.BarrierStage`, where it also refuses forward writes to
+  values the backward reads (class 6).
+
+With ``check=True`` it verifies its own output and the final forward and backward traces
+with :func:`thunder_ext.checker.assert_valid`.
+"""
+
+from __future__ import annotations
+
+import thunder
+from thunder.core.compile_data import get_compile_data
+from thunder.core.proxies import TensorProxy
+from thunder.core.trace import TraceCtx
+
+from thunder_ext.barriers import place_barriers
+from thunder_ext.errors import ViewGradientError
+from thunder_ext.integration import install_barrier_stage, reports_for
+
+
+def _grad_enabled(trace: TraceCtx) -> bool:
+    cd = get_compile_data()
+    if cd is not None and getattr(cd, "disable_torch_autograd_support", False):
+        return False
+    return any(isinstance(a, TensorProxy) and a.requires_grad for a in trace.args)
+
+
+class InplaceBarrierTransform(thunder.Transform):
+    """Order every access to mutated storage by data edges, and remove dead in-place ops."""
+
+    def __init__(self, *, check: bool = False, comment: bool = True) -> None:
+        self.check = check
+        self.comment = comment
+
+    def __repr__(self) -> str:
+        return f"InplaceBarrierTransform(check={self.check})"
+
+    def transform_traces_pre_prologue(self, prologue_trace, computation_trace, epilogue_trace, **kwargs):
+        install_barrier_stage(check=self.check, comment=self.comment)
+        new, report = place_barriers(computation_trace, comment=self.comment)
+        if _grad_enabled(computation_trace):
+            for ar in report.alias_reads:
+                if ar.proxy.requires_grad or ar.written.requires_grad:
+                    raise ViewGradientError(
+                        f"`{ar.proxy.name}` is read after an in-place write to `{ar.written.name}`, which "
+                        "shares its storage, and gradients flow through it. Thunder's autodiff would give a "
+                        "wrong gradient here (its VJP of copy_ ignores views). Clone before the in-place op, "
+                        "or use the out-of-place op",
+                        ar.write,
+                        ar.read,
+                    )
+        if self.check:
+            from thunder_ext.checker import assert_valid
+
+            assert_valid(new, stage="before autodiff")
+        cd = get_compile_data()
+        if cd is not None:
+            reports_for(cd).before_autodiff = report
+        return prologue_trace, new, epilogue_trace
+
+    def transform_trace_post_optimization(self, computation_trace: TraceCtx, **kwargs) -> TraceCtx:
+        if self.check:
+            from thunder_ext.checker import assert_valid
+
+            assert_valid(computation_trace, stage="final trace")
+        return computation_trace
