@@ -134,6 +134,8 @@ class _Placer:
         self.barrier_sym = _barrier_symbol(executors)
         self.comment = comment
         self.report = BarrierReport()
+        # A joint forward+backward trace: guard forward writes against rematerialization.
+        self.remat_guard = any(has_tags(b, {BoundSymbolTag.BACKWARD}) for b in bsyms)
         self.origin: list[int] = []  # output position -> stripped index (-1 for a barrier)
 
     def run(self) -> list[BoundSymbol]:
@@ -159,11 +161,18 @@ class _Placer:
         def current(name_or_proxy) -> TensorProxy:
             return swap.get(variableify(name_or_proxy), name_or_proxy)
 
-        def bump(old: TensorProxy, new: TensorProxy) -> None:
-            """Every stripped proxy whose current version is ``old`` now reads ``new``."""
+        renamed_by: dict = {}  # variableified stripped proxy -> bsym whose write made it stale
+
+        def bump(old: TensorProxy, new: TensorProxy, by: BoundSymbol | None) -> None:
+            """Every stripped proxy whose current version is ``old`` now reads ``new``.
+
+            ``by`` is the write that made ``old`` stale, or None for a pure renaming.
+            """
             keys = holders.pop(old.name, set()) | {variableify(old)}
             for k in keys:
                 swap[k] = new
+                if by is not None:
+                    renamed_by.setdefault(k, by)
             holders.setdefault(new.name, set()).update(keys)
 
         def ancestry(bsym: BoundSymbol) -> int:
@@ -172,36 +181,70 @@ class _Placer:
                 acc |= anc.get(p.name, 0)
             return acc
 
+        def emit(rename: dict, witnesses: list, reasons: list, before: BoundSymbol) -> BoundSymbol:
+            """Add one barrier over ``rename`` (current name -> (version, cause)) and ``witnesses``."""
+            versions = [v for v, _ in rename.values()]
+            barrier, outs = self._barrier(versions, witnesses, before, reasons)
+            b_anc = 0
+            for p in barrier.flat_proxy_args:
+                b_anc |= anc.get(p.name, 0)
+            for (v, cause), new in zip(rename.values(), outs):
+                bump(v, new, cause)
+            for o in tensor_outs(barrier):
+                anc[o.name] = b_anc
+                made_by_barrier.add(o.name)
+            out.append(barrier)
+            self.origin.append(-1)
+            return barrier
+
+        def stale_members(g: str, i: int, bit: int | None, cause: BoundSymbol, rename: dict) -> None:
+            """Members of ``g`` used at or after ``i`` whose current version does not depend on ``bit``."""
+            for m in members.get(g, ()):
+                if m in defined and last_use.get(m, -1) >= i:
+                    v = current(self._proxy(m))
+                    if v.name not in rename and (bit is None or not (anc.get(v.name, 0) >> bit) & 1):
+                        rename[v.name] = (v, cause)
+
         for i, bsym in enumerate(self.bsyms):
             effect = info.effects[i]
             groups = accessed_groups(info, bsym, effect) & mutated
             write_groups = {info.group_of(w) for w in effect.writes}
             groups |= write_groups
+            backward = has_tags(bsym, {BoundSymbolTag.BACKWARD})
+            if swap and backward:
+                # A backward read of a name that a forward write made stale wants the value
+                # saved before the write (class 6); renaming would silently read the new one.
+                for p in tensor_args(bsym):
+                    by = renamed_by.get(variableify(p))
+                    if by is not None and not has_tags(by, {BoundSymbolTag.BACKWARD}):
+                        self.report.backward_reads_of_forward_writes.append((by, bsym))
             cur = bsym.from_bsym_swap_proxies(swap, skip_output=True) if swap else bsym
+            my_anc = ancestry(cur)
             if groups:
-                my_anc = ancestry(cur)
-                rename: dict[str, TensorProxy] = {}  # stripped name -> current version to pass through
-                rename_keys: dict[str, TensorProxy] = {}
+                rename: dict[str, tuple[TensorProxy, BoundSymbol]] = {}
                 witnesses: list[TensorProxy] = []
                 reasons: list[str] = []
                 for g in sorted(groups):
                     if g in write_groups:
-                        for bit, wit, who in epoch.get(g, ()):
-                            if not (my_anc >> bit) & 1:
-                                if wit is None:
-                                    raise UnorderableAccessError(
-                                        "this access must precede an in-place write but produces no tensor "
-                                        "a barrier could consume",
-                                        who,
-                                        bsym,
-                                    )
-                                witnesses.append(wit)
-                                reasons.append(f"WAR: {_short(who)} before {_short(bsym)}")
-                        if witnesses:
+                        # WAR/WAW: every access since the last write must reach this write.
+                        unreached = [(wit, who) for bit, wit, who in epoch.get(g, ()) if not (my_anc >> bit) & 1]
+                        for wit, who in unreached:
+                            if wit is None:
+                                raise UnorderableAccessError(
+                                    "this access must precede an in-place write but produces no tensor "
+                                    "a barrier could consume",
+                                    who,
+                                    bsym,
+                                )
+                            witnesses.append(wit)
+                            reasons.append(f"WAR: {_short(who)} before {_short(bsym)}")
+                        if unreached:
                             for w in effect.writes:
                                 if info.group_of(w) == g:
-                                    rename_keys[w.name], rename[w.name] = w, current(w)
+                                    v = current(w)
+                                    rename.setdefault(v.name, (v, bsym))
                         continue
+                    # RAW: this read must be reached from the group's last write.
                     lw = last_write.get(g)
                     if lw is None or (my_anc >> lw[0]) & 1:
                         continue
@@ -217,32 +260,19 @@ class _Placer:
                         v = current(p)
                         if info.group_of(p) == g and not (anc.get(v.name, 0) >> bit) & 1:
                             self._note_read(wbsym, bsym, p, written)
-                            rename_keys[p.name], rename[p.name] = p, v
-                    for m in members.get(g, ()):
-                        if m in defined and last_use.get(m, -1) >= i and m not in rename:
-                            v = current(self._proxy(m))
-                            if not (anc.get(v.name, 0) >> bit) & 1:
-                                rename_keys[m], rename[m] = self._proxy(m), v
+                            rename.setdefault(v.name, (v, wbsym))
+                    # Every stale member used from here on goes through the same barrier.
+                    stale_members(g, i, bit, wbsym, rename)
                     witnesses.append(wit)
                     reasons.append(f"RAW: {_short(wbsym)} before {_short(bsym)}")
                 # nvFuser can only write to an input of its fusion region; a barrier makes it one.
                 for w in effect.writes:
                     v = current(w)
-                    if v.name not in self.inputs and v.name not in made_by_barrier and w.name not in rename:
-                        rename_keys[w.name], rename[w.name] = w, v
+                    if v.name not in self.inputs and v.name not in made_by_barrier and v.name not in rename:
+                        rename[v.name] = (v, bsym)
                         reasons.append(f"nvFuser: write to non-input {v.name} in {_short(bsym)}")
                 if rename or witnesses:
-                    barrier, outs = self._barrier(list(rename.values()), witnesses, bsym, reasons)
-                    b_anc = 0
-                    for p in barrier.flat_proxy_args:
-                        b_anc |= anc.get(p.name, 0)
-                    for key, new in zip(rename, outs):
-                        bump(rename[key], new)
-                    for o in tensor_outs(barrier):
-                        anc[o.name] = b_anc
-                        made_by_barrier.add(o.name)
-                    out.append(barrier)
-                    self.origin.append(-1)
+                    emit(rename, witnesses, reasons, bsym)
                     cur = bsym.from_bsym_swap_proxies(swap, skip_output=True)
                     my_anc = ancestry(cur)
                 if is_return(bsym):
@@ -259,8 +289,6 @@ class _Placer:
                         epoch[g] = [(bit, _witness(bsym, prefer), bsym)]
                     else:
                         epoch.setdefault(g, []).append((bit, _witness(bsym), bsym))
-            else:
-                my_anc = ancestry(cur)
             out.append(cur)
             self.origin.append(i)
             for p in cur.flat_proxy_outs:
@@ -269,7 +297,18 @@ class _Placer:
             # A write's output is the new version of what it wrote.
             for o, a in effect.aliases:
                 if any(a is w for w in effect.writes):
-                    bump(current(a), o)
+                    bump(current(a), o, bsym)
+            if self.remat_guard and effect.writes and not backward:
+                # Fusion executors rematerialize: a consumer region may recompute values of its
+                # producer region from the producer's inputs.  Re-running a write is not
+                # idempotent, so in a joint trace everything read after a forward write goes
+                # through a barrier, and no fusion region can see past the write.
+                rename = {}
+                for g in write_groups:
+                    stale_members(g, i + 1, None, None, rename)
+                if rename:
+                    wit = last_write[next(iter(write_groups))][1]
+                    emit(rename, [wit] if wit is not None else [], [f"remat: {_short(bsym)} runs once"], bsym)
         return out
 
     def _proxy(self, name: str) -> TensorProxy:
@@ -290,8 +329,6 @@ class _Placer:
     def _note_read(self, wbsym, rbsym, proxy, written) -> None:
         if proxy.name != written.name:
             self.report.alias_reads.append(AliasRead(wbsym, rbsym, proxy, written))
-        if has_tags(rbsym, {BoundSymbolTag.BACKWARD}) and not has_tags(wbsym, {BoundSymbolTag.BACKWARD}):
-            self.report.backward_reads_of_forward_writes.append((wbsym, rbsym))
 
     def _check_inputs_reached(self, ret_anc: int, last_write) -> None:
         for g in self.info.input_groups:

@@ -27,11 +27,22 @@ from thunder_ext.errors import ViewGradientError
 from thunder_ext.integration import install_barrier_stage, reports_for
 
 
-def _grad_enabled(trace: TraceCtx) -> bool:
+def differentiable_names(trace: TraceCtx) -> set[str]:
+    """Tensors that gradients may flow through: inputs that require grad and what they feed.
+
+    Intermediate proxies do not carry ``requires_grad`` before autodiff, so it is derived here.
+    Empty when the compilation has Thunder's autograd support disabled.
+    """
     cd = get_compile_data()
     if cd is not None and getattr(cd, "disable_torch_autograd_support", False):
-        return False
-    return any(isinstance(a, TensorProxy) and a.requires_grad for a in trace.args)
+        return set()
+    names = {a.name for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad}
+    if not names:
+        return names
+    for bsym in trace.bound_symbols:
+        if any(p.name in names for p in bsym.flat_proxy_args):
+            names.update(p.name for p in bsym.flat_proxy_outs if isinstance(p, TensorProxy))
+    return names
 
 
 class InplaceBarrierTransform(thunder.Transform):
@@ -47,9 +58,11 @@ class InplaceBarrierTransform(thunder.Transform):
     def transform_traces_pre_prologue(self, prologue_trace, computation_trace, epilogue_trace, **kwargs):
         install_barrier_stage(check=self.check, comment=self.comment)
         new, report = place_barriers(computation_trace, comment=self.comment)
-        if _grad_enabled(computation_trace):
+        diff = differentiable_names(computation_trace)
+        if diff:
             for ar in report.alias_reads:
-                if ar.proxy.requires_grad or ar.written.requires_grad:
+                involved = (ar.proxy, ar.written, *ar.write.flat_proxy_args)
+                if any(p.name in diff for p in involved):
                     raise ViewGradientError(
                         f"`{ar.proxy.name}` is read after an in-place write to `{ar.written.name}`, which "
                         "shares its storage, and gradients flow through it. Thunder's autodiff would give a "
