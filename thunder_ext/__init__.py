@@ -1,6 +1,7 @@
 """thunder-ext: in-place PyTorch code that compiles correctly under Thunder's dataflow fusion."""
 
 from thunder_ext.barriers import insert_barriers, place_barriers
+from thunder_ext.checker import TraceInvariantError, Violation, assert_valid, verify
 from thunder_ext.errors import (
     InplaceOrderingError,
     SavedTensorMutationError,
@@ -12,10 +13,14 @@ __all__ = [
     "InplaceBarrierTransform",
     "InplaceOrderingError",
     "SavedTensorMutationError",
+    "TraceInvariantError",
     "UnorderableAccessError",
     "ViewGradientError",
+    "Violation",
+    "assert_valid",
     "insert_barriers",
     "place_barriers",
+    "verify",
 ]
 
 

@@ -87,16 +87,22 @@ class BarrierReport:
     seconds: float = 0.0
 
 
-def strip_barriers(bsyms: Sequence[BoundSymbol]) -> tuple[list[BoundSymbol], int]:
-    """Drop every barrier, renaming its outputs back to its (resolved) inputs."""
+def strip_barriers(bsyms: Sequence[BoundSymbol]) -> tuple[list[BoundSymbol], dict]:
+    """Drop every barrier, renaming its outputs back to its (resolved) inputs.
+
+    Also returns the dropped barriers' outputs keyed by their resolved input names, so that
+    a barrier placed again over the same inputs reuses the same proxies (stability).
+    """
     swap: dict = {}
     out: list[BoundSymbol] = []
-    dropped = 0
+    dropped: dict[tuple[str, ...], list[tuple[TensorProxy, ...]]] = {}
     for bsym in bsyms:
         if is_barrier(bsym):
-            for o, i in zip(tensor_outs(bsym), tensor_args(bsym)):
-                swap[variableify(o)] = swap.get(variableify(i), i)
-            dropped += 1
+            ins = [swap.get(variableify(i), i) for i in tensor_args(bsym)]
+            outs = tensor_outs(bsym)
+            for o, i in zip(outs, ins):
+                swap[variableify(o)] = i
+            dropped.setdefault(tuple(i.name for i in ins), []).append(tuple(outs))
             continue
         out.append(bsym.from_bsym_swap_proxies(swap) if swap else bsym)
     return out, dropped
@@ -126,8 +132,11 @@ def _short(bsym: BoundSymbol) -> str:
 class _Placer:
     """One forward walk over stripped bound symbols, adding barriers as ordering requires."""
 
-    def __init__(self, trace: TraceCtx, new_trace: TraceCtx, bsyms: list[BoundSymbol], executors, comment: bool):
+    def __init__(
+        self, trace: TraceCtx, new_trace: TraceCtx, bsyms: list[BoundSymbol], executors, comment: bool, previous: dict
+    ):
         self.trace, self.new_trace, self.bsyms = trace, new_trace, bsyms
+        self.previous = {k: list(v) for k, v in previous.items()}
         self.inputs = input_names(trace)
         self.info: AliasInfo = storage_groups(bsyms, self.inputs)
         self.mutated = self.info.mutated_groups
@@ -348,8 +357,12 @@ class _Placer:
                 seen.add(w.name)
                 extra.append(w)
         ins = tuple(members) + tuple(extra)
-        with tracectx(self.new_trace):
-            outs = tuple(TensorProxy(like=p, requires_grad=p.requires_grad) for p in ins)
+        reuse = self.previous.get(tuple(p.name for p in ins))
+        if reuse:
+            outs = reuse.pop(0)
+        else:
+            with tracectx(self.new_trace):
+                outs = tuple(TensorProxy(like=p, requires_grad=p.requires_grad) for p in ins)
         bsym = self.barrier_sym.bind(ins, output=outs)
         header = ""
         if self.comment:
@@ -372,9 +385,10 @@ def place_barriers(
     from thunder_ext.dead_writes import dead_inplace_ops, remove_bsyms
 
     start = time.perf_counter()
-    stripped, nstripped = strip_barriers(trace.bound_symbols)
+    stripped, previous = strip_barriers(trace.bound_symbols)
+    nstripped = sum(len(v) for v in previous.values())
     new_trace = from_trace(trace)
-    placer = _Placer(trace, new_trace, stripped, executors, comment)
+    placer = _Placer(trace, new_trace, stripped, executors, comment, previous)
     out = placer.run()
     dead = dead_inplace_ops(out, placer.inputs)
     report = placer.report
@@ -382,7 +396,7 @@ def place_barriers(
         dead_origins = {placer.origin[k] for k in dead}
         dead_bsyms = [stripped[j] for j in sorted(dead_origins)]
         stripped = remove_bsyms(trace, stripped, dead_origins)
-        placer = _Placer(trace, new_trace, stripped, executors, comment)
+        placer = _Placer(trace, new_trace, stripped, executors, comment, previous)
         out = placer.run()
         report = placer.report
         report.dead_writes = dead_bsyms

@@ -1,0 +1,158 @@
+"""The checker: every ordering hazard in a trace, stated independently of the barrier logic.
+
+``verify(trace)`` reads program order as the order of the bound symbols and checks the
+invariants of ``shared/docs/inplace-ordering.md`` §4:
+
+* **ordering**: every two accesses to one storage group, at least one a write, are ordered
+  by data edges (reported as RAW, WAR or WAW);
+* **dead writes**: no write whose storage no input reaches and that nothing later reads;
+* **return last**: the return is the last bound symbol;
+* **latest inputs**: when the return hands back the arguments (``flat_args``, as it does
+  until Thunder unwraps it in the final trace), it depends on the last write to every
+  mutated input.
+
+It works on traces at any stage: fusion regions (``sym.is_fusion``) are replaced by their
+subsymbols, which keep their data edges, and ``del`` bsyms are ignored.  It reuses the alias
+analysis (:mod:`thunder_ext.alias_analysis`) and the liveness of
+:mod:`thunder_ext.dead_writes`, never the barrier placement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from thunder.core.proxies import TensorProxy
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx
+
+from thunder_ext.alias_analysis import accessed_groups, input_names, storage_groups
+from thunder_ext.dead_writes import dead_inplace_ops
+from thunder_ext.errors import InplaceOrderingError
+from thunder_ext.op_kinds import PrimIDs, describe, is_fusion, is_return
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken invariant.  ``first`` precedes ``second`` in program order."""
+
+    kind: str  # 'RAW', 'WAR', 'WAW', 'dead-write', 'return-not-last', 'stale-input'
+    first: BoundSymbol
+    second: BoundSymbol | None
+    group: str
+
+    def __str__(self) -> str:
+        what = {
+            "RAW": "read after write is not ordered by data edges",
+            "WAR": "write after read is not ordered by data edges",
+            "WAW": "write after write is not ordered by data edges",
+            "dead-write": "dead in-place write (no input reaches its storage, nothing reads it)",
+            "return-not-last": "the return is not the last bound symbol",
+            "stale-input": "the return does not depend on the last write to a mutated input",
+        }[self.kind]
+        pair = describe(self.first) + (f" -> {describe(self.second)}" if self.second is not None else "")
+        return f"[{self.kind}] {what}: {pair} (storage group of `{self.group}`)"
+
+
+class TraceInvariantError(InplaceOrderingError):
+    """Raised by :func:`assert_valid` with the full report."""
+
+
+def flatten_for_check(bsyms) -> list[BoundSymbol]:
+    """Top-level bsyms with fusion regions opened up and ``del`` dropped."""
+    out: list[BoundSymbol] = []
+    for b in bsyms:
+        if b.sym.id == PrimIDs.DEL:
+            continue
+        if is_fusion(b):
+            out.extend(flatten_for_check(b.subsymbols))
+        else:
+            out.append(b)
+    return out
+
+
+def _returns_flat_args(ret: BoundSymbol) -> bool:
+    arg = ret.args[0] if ret.args else None
+    if isinstance(arg, tuple) and arg and isinstance(arg[0], dict):
+        arg = arg[0]
+    return isinstance(arg, dict) and "flat_args" in arg
+
+
+def verify(trace: TraceCtx) -> list[Violation]:
+    """Every violation of the in-place ordering invariants in ``trace``."""
+    bsyms = flatten_for_check(trace.bound_symbols)
+    inputs = input_names(trace)
+    info = storage_groups(bsyms, inputs)
+    violations: list[Violation] = []
+
+    top = trace.bound_symbols
+    ret_pos = next((k for k in range(len(top) - 1, -1, -1) if is_return(top[k])), None)
+    if ret_pos is not None and ret_pos != len(top) - 1:
+        after = next((b for b in top[ret_pos + 1 :] if b.sym.id != PrimIDs.DEL), top[ret_pos + 1])
+        violations.append(Violation("return-not-last", top[ret_pos], after, "-"))
+
+    mutated = info.mutated_groups
+    producer: dict[str, int] = {}
+    anc: list[int] = []
+    bits: dict[int, int] = {}  # bsym index -> access bit
+    last_write: dict[str, int] = {}  # group -> bsym index
+    epoch: dict[str, list[int]] = {}  # group -> accesses since last write (incl. it)
+    for i, b in enumerate(bsyms):
+        a = 0
+        for p in b.flat_proxy_args:
+            j = producer.get(p.name)
+            if j is not None:
+                a |= anc[j]
+        effect = info.effects[i]
+        groups = accessed_groups(info, b, effect) & mutated
+        write_groups = {info.group_of(w) for w in effect.writes}
+        groups |= write_groups
+        for g in sorted(groups):
+            if g in write_groups:
+                for j in epoch.get(g, ()):
+                    if not (a >> bits[j]) & 1:
+                        kind = "WAW" if j == last_write.get(g) else "WAR"
+                        violations.append(Violation(kind, bsyms[j], b, g))
+            else:
+                j = last_write.get(g)
+                if j is not None and not (a >> bits[j]) & 1:
+                    violations.append(Violation("RAW", bsyms[j], b, g))
+        if groups:
+            bits[i] = len(bits)
+            a |= 1 << bits[i]
+            for g in groups:
+                if g in write_groups:
+                    last_write[g] = i
+                    epoch[g] = [i]
+                else:
+                    epoch.setdefault(g, []).append(i)
+        anc.append(a)
+        for p in b.flat_proxy_outs:
+            producer.setdefault(p.name, i)
+
+    rets = [i for i, b in enumerate(bsyms) if is_return(b)]
+    if rets and _returns_flat_args(bsyms[rets[-1]]):
+        r = rets[-1]
+        for g in info.input_groups & mutated:
+            j = last_write.get(g)
+            if j is not None and j < r and not (anc[r] >> bits[j]) & 1:
+                violations.append(Violation("stale-input", bsyms[j], bsyms[r], g))
+
+    for k in dead_inplace_ops(bsyms, inputs):
+        w = next((p for p in info.effects[k].writes if isinstance(p, TensorProxy)), None)
+        violations.append(Violation("dead-write", bsyms[k], None, info.group_of(w) if w is not None else "-"))
+    return violations
+
+
+def format_report(violations: list[Violation]) -> str:
+    if not violations:
+        return "no in-place ordering violations"
+    return "\n".join(f"  {v}" for v in violations)
+
+
+def assert_valid(trace: TraceCtx, *, stage: str = "trace") -> None:
+    """Raise :class:`TraceInvariantError` listing every violation in ``trace``, if any."""
+    violations = verify(trace)
+    if violations:
+        raise TraceInvariantError(
+            f"thunder_ext check failed on the {stage}: {len(violations)} violation(s)\n" + format_report(violations)
+        )
