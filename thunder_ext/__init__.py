@@ -2,6 +2,7 @@
 
 from thunder_ext.barriers import insert_barriers, place_barriers
 from thunder_ext.checker import TraceInvariantError, Violation, assert_valid, verify
+from thunder_ext.integration import fusion_stage_traces, final_traces, last_reports
 from thunder_ext.errors import (
     InplaceOrderingError,
     SavedTensorMutationError,
@@ -18,6 +19,9 @@ __all__ = [
     "ViewGradientError",
     "Violation",
     "assert_valid",
+    "final_traces",
+    "fusion_stage_traces",
+    "last_reports",
     "insert_barriers",
     "place_barriers",
     "verify",

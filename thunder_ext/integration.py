@@ -94,3 +94,46 @@ def install_barrier_stage(*, check: bool, comment: bool = True) -> bool:
     if not any(isinstance(ex, BarrierStage) for ex in cd.executors_list):
         cd.executors_list = (BarrierStage(check=check, comment=comment), *cd.executors_list)
     return True
+
+
+def jitted_functions(compiled) -> list:
+    """The ``thunder.jit`` functions behind ``compiled``: itself, or every ThunderFX subgraph's."""
+    backend = getattr(compiled, "_backend", None)
+    if backend is None:
+        return [compiled]
+    fns = []
+    for info in backend.subgraph_infos:
+        fns.extend(info.thunder_compiled_fns)
+    return fns
+
+
+def last_reports(compiled) -> list[StageReports]:
+    """The barrier pass's reports for a ``thunder.jit`` or ThunderFX callable, one per subgraph."""
+    import thunder
+
+    return [reports_for(thunder.compile_data(fn)) for fn in jitted_functions(compiled)]
+
+
+def fusion_stage_traces(compiled) -> list[TraceCtx]:
+    """The traces the transform produced at the fusion stage, which Thunder does not record."""
+    return [r.fusion_stage_trace for r in last_reports(compiled) if r.fusion_stage_trace is not None]
+
+
+def final_traces(compiled) -> list[tuple[TraceCtx, TraceCtx | None]]:
+    """(final forward trace, final backward trace or None) per compiled function or subgraph."""
+    import thunder
+
+    out = []
+    for fn in jitted_functions(compiled):
+        fw = thunder.last_traces(fn)
+        bw = thunder.last_backward_traces(fn)
+        if fw:
+            out.append((fw[-1], bw[-1] if bw else None))
+    return out
+
+
+def barrier_count(trace: TraceCtx) -> int:
+    """Barriers at the top level of a trace (barriers are never fused)."""
+    from thunder_ext.op_kinds import is_barrier
+
+    return sum(1 for b in trace.bound_symbols if is_barrier(b))

@@ -1,0 +1,187 @@
+"""Differential runs: a function in eager PyTorch against the same function compiled by Thunder.
+
+Used by the main job's gallery, by :func:`thunder_ext.check`, by the test suite and by the
+fuzzer.  A run compares, exactly as ``torch.testing.assert_close`` does:
+
+* every output;
+* the final state of every input (inputs are mutated too) and of extra state such as a
+  module's buffers;
+* the gradients of every input that requires grad, for a fixed seeded cotangent.
+
+A compiled run is classified as ``correct``, ``wrong`` (silent wrong numbers), ``crash``
+(any exception we do not document) or ``refused`` (one of thunder-ext's documented
+errors).  When eager itself raises, the compiled run must raise too: ``refused`` then
+counts as agreement, and returning numbers is ``wrong``.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from thunder_ext.errors import InplaceOrderingError
+
+Builder = Callable[[], tuple[Callable, tuple, dict]]
+
+
+@dataclass(frozen=True)
+class Config:
+    """One cell of the test matrix."""
+
+    transform: bool = True
+    fusion_type: str = "dataflow"
+    executors: str = "default"  # 'default' or 'torch_compile'
+    entry: str = "jit"  # 'jit' or 'thunderfx'
+    check: bool = True
+
+    def __str__(self) -> str:
+        t = "transform" if self.transform else "plain"
+        return f"{t}-{self.fusion_type}-{self.executors}-{self.entry}"
+
+
+@dataclass
+class Outcome:
+    """What one run produced, or the exception it raised."""
+
+    outputs: Any = None
+    inputs: list = field(default_factory=list)
+    state: dict = field(default_factory=dict)
+    grads: list = field(default_factory=list)
+    error: BaseException | None = None
+    compiled: Any = None
+
+
+@dataclass
+class Verdict:
+    status: str  # 'correct', 'wrong', 'crash', 'refused'
+    detail: str = ""
+    eager_error: BaseException | None = None
+    outcome: Outcome | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The compiled run agrees with eager: same numbers, or both refuse."""
+        if self.eager_error is not None:
+            return self.status == "refused"
+        return self.status == "correct"
+
+
+def _clone(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone().requires_grad_(x.requires_grad)
+    return x
+
+
+def _flat_tensors(x) -> list[torch.Tensor]:
+    from torch.utils._pytree import tree_flatten
+
+    return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
+
+
+def _cotangent_loss(outputs) -> torch.Tensor | None:
+    gen = torch.Generator().manual_seed(1234)
+    terms = []
+    for o in _flat_tensors(outputs):
+        if o.requires_grad and o.is_floating_point():
+            c = torch.randn(o.shape, generator=gen, dtype=o.dtype)
+            terms.append((o * c).sum())
+    return sum(terms) if terms else None
+
+
+def execute(fn: Callable, args: Sequence, state: dict) -> Outcome:
+    """Call ``fn`` on ``args`` and record outputs, final inputs, state and grads."""
+    out = Outcome()
+    try:
+        outputs = fn(*args)
+        loss = _cotangent_loss(outputs)
+        leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+        if loss is not None and leaves:
+            loss.backward()
+        out.outputs = torch.utils._pytree.tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, outputs)
+        out.grads = [a.grad for a in leaves]
+    except Exception as e:  # the verdict classifies it
+        out.error = e
+    out.inputs = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+    out.state = {k: v.detach().clone() for k, v in state.items()}
+    return out
+
+
+def compile_fn(fn: Callable, config: Config, *, transforms_extra: Sequence = ()):
+    """``fn`` compiled as ``config`` says."""
+    import thunder
+
+    from thunder_ext.transforms import InplaceBarrierTransform
+
+    transforms = [InplaceBarrierTransform(check=config.check)] if config.transform else []
+    transforms += list(transforms_extra)
+    kwargs: dict = {"transforms": transforms, "fusion_type": config.fusion_type}
+    if config.executors == "torch_compile":
+        from thunder.executors.torch_compile import torch_compile_ex
+
+        kwargs["executors"] = [torch_compile_ex]
+    if config.entry == "thunderfx":
+        from thunder.dynamo import thunderfx
+
+        # Dynamo caches compiled frames per code object and silently falls back to eager
+        # past its recompile limit; a fresh cache keeps every run a real ThunderFX run.
+        torch._dynamo.reset()
+        return thunderfx(fn, **kwargs)
+    return thunder.jit(fn, **kwargs)
+
+
+def _assert_same(got: Outcome, exp: Outcome) -> None:
+    torch.testing.assert_close(got.outputs, exp.outputs, msg=lambda m: f"outputs differ: {m}")
+    torch.testing.assert_close(got.inputs, exp.inputs, msg=lambda m: f"final input state differs: {m}")
+    torch.testing.assert_close(got.state, exp.state, msg=lambda m: f"final module state differs: {m}")
+    torch.testing.assert_close(got.grads, exp.grads, msg=lambda m: f"gradients differ: {m}")
+
+
+def _one_line(e: BaseException) -> str:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {first}"[:300]
+
+
+def differential(build: Builder, config: Config, *, eager: Outcome | None = None) -> Verdict:
+    """Run ``build()``'s program eagerly and compiled, and classify the compiled run."""
+    torch.manual_seed(0)
+    fn, args, state = build()
+    if eager is None:
+        eager = execute(fn, [_clone(a) for a in args], state)
+    torch.manual_seed(0)
+    fn, args, state = build()
+    try:
+        compiled = compile_fn(fn, config)
+    except Exception as e:  # a compile-time failure is a crash
+        return Verdict("crash", _one_line(e), eager.error)
+    got = execute(compiled, [_clone(a) for a in args], state)
+    got.compiled = compiled
+    if got.error is None and config.entry == "thunderfx" and not compiled._backend.subgraph_infos:
+        got.error = RuntimeError("ThunderFX compiled no subgraph: the function ran in eager")
+    if got.error is not None:
+        status = "refused" if _is_refusal(got.error) else "crash"
+        return Verdict(status, _one_line(got.error), eager.error, got)
+    if eager.error is not None:
+        return Verdict("wrong", f"eager raised {_one_line(eager.error)}; compiled returned numbers", eager.error, got)
+    try:
+        _assert_same(got, eager)
+    except AssertionError as e:
+        return Verdict("wrong", " ".join(str(e).split())[:300], None, got)
+    return Verdict("correct", "", None, got)
+
+
+def _is_refusal(e: BaseException) -> bool:
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, InplaceOrderingError):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def format_exception(e: BaseException) -> str:
+    return "".join(traceback.format_exception(type(e), e, e.__traceback__))

@@ -1,0 +1,261 @@
+"""The gallery: in-place programs covering every failure class of the background note.
+
+Each :class:`Program` builds a fresh ``(fn, args, state)`` on every call, so that runs
+never share mutated tensors or module buffers.  ``state`` holds extra tensors whose final
+values are compared too (a module's running stats).
+
+``hazard`` names the class of the note the program exercises; ``plain_fails`` says whether
+plain Thunder 0.2.6 gets it wrong with the default executors under dataflow fusion (the
+configuration where the classes reproduce), as measured by ``tests/test_catalogue.py``.
+``refused`` programs are the constructs the transform refuses with a documented error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    build: Callable[[], tuple[Callable, tuple, dict]]
+    hazard: str
+    grad: bool = False
+    plain_fails: bool = False
+    refused: bool = False
+
+
+def _t(*shape, grad: bool = False) -> torch.Tensor:
+    return torch.randn(*shape).requires_grad_(grad)
+
+
+# -- class 1: dead in-place ops, and live mutations the return must see ---------------------
+
+
+def dead_intermediate(x):
+    y = x * 2
+    y.mul_(3)  # nobody reads y again
+    return x.sin()
+
+
+def dead_view_of_intermediate(x):
+    y = x * 2
+    y[0].add_(1)  # a view of a dead intermediate
+    return x.cos()
+
+
+def write_view_of_input(x, w):
+    v = x[0]
+    v.mul_(2)  # live: it mutates the input's storage
+    return w.sin()
+
+
+def mutate_input(x, w):
+    x.add_(w)
+    return w * 2
+
+
+def tanh_four_reads(a):
+    a.tanh_()
+    return a * a * a * a
+
+
+# -- class 2/3: RAW and WAR with the other access on a longer chain --------------------------
+
+
+def war_long_chain(x, w):
+    z = w.sin().cos().tanh().sin()
+    a = x * z  # reads x ...
+    x.add_(1)  # ... before this write
+    return a
+
+
+def raw_long_chain(x, w):
+    y = x * 1
+    z = w.sin().cos().tanh().sin()
+    y.add_(z)  # long chain into the write
+    return y.exp(), x.cos()
+
+
+def waw_two_writers(x, w):
+    y = x * 1
+    y.copy_(w.sin().cos().tanh())  # long chain
+    y.copy_(x.exp())  # must land last
+    return y + 0
+
+
+def view_before_write(x):
+    y = x * 2
+    v = y[1:]  # view created before the write
+    y.mul_(3)
+    return v + 1
+
+
+def view_after_write(x):
+    y = x * 2
+    y.mul_(3)
+    v = y[1:]  # view created after the write
+    v.add_(1)
+    return y.sum(0), v * 2
+
+
+def batch_norm_running_stats(x, rm, rv):
+    before = rm.cos()  # read before the update
+    y = F.batch_norm(x, rm, rv, training=True)
+    return y, before, rm.sin(), rv * 2  # read after the update
+
+
+def batch_norm_grad(x, w, b, rm, rv):
+    y = F.batch_norm(x, rm, rv, w, b, training=True)
+    return y.tanh(), rm + 0
+
+
+def _bn_module_twice():
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm1d(3)
+
+    def module_applied_twice(x):
+        return bn(bn(x).sin())
+
+    return module_applied_twice, (_t(4, 3, grad=True),), {"bn": bn}
+
+
+class _SinInplace(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        y = x * 1
+        y.sin_()
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        y = g * x
+        y.cos_()
+        return y
+
+
+def autograd_function_inplace(x):
+    return _SinInplace.apply(x) * x
+
+
+def copy_into_intermediate(x, w):
+    y = torch.zeros_like(x)
+    y.copy_(w.exp())
+    return y * x
+
+
+def index_copy_cache(cache, k, idx):
+    cache.index_copy_(0, idx, k)
+    return cache.sum(1)
+
+
+def setitem_on_view(x):
+    y = x * 2
+    v = y[1:]
+    v[0] = 5.0
+    return y.sum(), v * 1
+
+
+def loop_inplace(x):
+    y = x.exp()
+    acc = x * 0
+    for _ in range(20):
+        y.add_(1)
+        acc = acc + y
+    return acc
+
+
+# -- refused: classes 5 and 6 -----------------------------------------------------------------
+
+
+def grad_through_view(x):
+    y = x * 2
+    v = y[0]
+    y.mul_(3)
+    return v
+
+
+def write_saved_for_backward(x):
+    y = x * 2
+    s = y.sin()  # sin saves y for its backward
+    y.mul_(3)
+    return s, y
+
+
+def _plain(fn, *shapes, grad=False):
+    def build():
+        return fn, tuple(_t(*s, grad=grad) for s in shapes), {}
+
+    return build
+
+
+def _grad_inputs(fn, shapes_and_grad):
+    def build():
+        return fn, tuple(_t(*s, grad=g) for s, g in shapes_and_grad), {}
+
+    return build
+
+
+def _bn_build(grad):
+    def build():
+        x = _t(8, 3, grad=grad)
+        rm, rv = torch.randn(3), torch.rand(3) + 0.5
+        if grad:
+            return batch_norm_grad, (x, _t(3, grad=True), _t(3, grad=True), rm, rv), {}
+        return batch_norm_running_stats, (x, rm, rv), {}
+
+    return build
+
+
+def _module_build():
+    fn, args, extra = _bn_module_twice()
+    bn = extra["bn"]
+    return fn, args, {"running_mean": bn.running_mean, "running_var": bn.running_var}
+
+
+def _index_copy_build():
+    return index_copy_cache, (torch.zeros(6, 4), _t(2, 4), torch.tensor([1, 4])), {}
+
+
+PROGRAMS: tuple[Program, ...] = (
+    Program("dead_intermediate", _plain(dead_intermediate, (4, 3)), "1 dead write", plain_fails=True),
+    Program("dead_view_of_intermediate", _plain(dead_view_of_intermediate, (4, 3)), "1 dead write", plain_fails=True),
+    Program("write_view_of_input", _plain(write_view_of_input, (4, 3), (3,)), "1 live input write", plain_fails=True),
+    Program("mutate_input", _plain(mutate_input, (4, 3), (4, 3)), "input mutation"),
+    Program("tanh_four_reads", _plain(tanh_four_reads, (4, 3)), "input mutation"),
+    Program("war_long_chain", _plain(war_long_chain, (4, 3), (4, 3)), "3 WAR", plain_fails=True),
+    Program("raw_long_chain", _plain(raw_long_chain, (4, 3), (4, 3)), "2 RAW"),
+    Program("waw_two_writers", _plain(waw_two_writers, (4, 3), (4, 3)), "WAW"),
+    Program("view_before_write", _plain(view_before_write, (4, 3)), "view before write"),
+    Program("view_after_write", _plain(view_after_write, (4, 3)), "view after write"),
+    Program("batch_norm_running_stats", _bn_build(False), "2 composite write", plain_fails=True),
+    Program("batch_norm_grad", _bn_build(True), "2/4 composite write", grad=True),
+    Program("module_applied_twice", _module_build, "2 weight sharing", grad=True, plain_fails=True),
+    Program(
+        "autograd_function_inplace", _plain(autograd_function_inplace, (4, 3), grad=True), "4 exposed copy_", grad=True
+    ),
+    Program("copy_into_intermediate", _plain(copy_into_intermediate, (4, 3), (4, 3)), "copy_"),
+    Program("index_copy_cache", _index_copy_build, "input cache"),
+    Program("setitem_on_view", _plain(setitem_on_view, (4, 3)), "setitem"),
+    Program("loop_inplace", _plain(loop_inplace, (4, 3)), "loop"),
+    Program("war_long_chain_grad", _grad_inputs(war_long_chain, [((4, 3), False), ((4, 3), True)]), "6", grad=True,
+            refused=True),
+    Program("grad_through_view", _plain(grad_through_view, (4, 3), grad=True), "5 refused", grad=True, refused=True),
+    Program(
+        "write_saved_for_backward", _plain(write_saved_for_backward, (4, 3), grad=True), "6 refused", grad=True,
+        refused=True,
+    ),
+)
+
+
+def by_name(name: str) -> Program:
+    for p in PROGRAMS:
+        if p.name == name:
+            return p
+    raise KeyError(name)
