@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import warnings
 
-import pytest
-
 warnings.filterwarnings("ignore", message="transformer_engine module not found")
 
 try:
@@ -32,21 +30,3 @@ try:
     settings.load_profile(os.environ.get("THUNDER_EXT_HYPOTHESIS_PROFILE", "ci"))
 except ImportError:  # hypothesis is in the test extra; without it only the fuzz tests skip
     pass
-
-
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def _has_nvfuser() -> bool:
-    try:
-        import nvfuser  # noqa: F401
-    except Exception:
-        return False
-    return _has_cuda()
-
-
-requires_cuda = pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA device")
-requires_nvfuser = pytest.mark.skipif(not _has_nvfuser(), reason="needs CUDA and nvFuser")
