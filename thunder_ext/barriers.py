@@ -206,6 +206,12 @@ class _Placer:
             self.origin.append(-1)
             return barrier
 
+        pending_remat: dict[str, BoundSymbol] = {}  # group -> forward write not yet guarded
+        witness_of: dict[int, TensorProxy | None] = {}
+
+        def last_write_witness(w: BoundSymbol) -> TensorProxy | None:
+            return witness_of.get(id(w))
+
         def stale_members(g: str, i: int, bit: int | None, cause: BoundSymbol, rename: dict) -> None:
             """Members of ``g`` used at or after ``i`` whose current version does not depend on ``bit``."""
             for m in members.get(g, ()):
@@ -227,6 +233,25 @@ class _Placer:
                     by = renamed_by.get(variableify(p))
                     if by is not None and not has_tags(by, {BoundSymbolTag.BACKWARD}):
                         self.report.backward_reads_of_forward_writes.append((by, bsym))
+            if pending_remat and not is_return(bsym):
+                # Fusion executors rematerialize: a consumer region may recompute values of its
+                # producer region from the producer's inputs.  Re-running a write is not
+                # idempotent, so in a joint trace what is read after a forward write goes
+                # through a barrier first, and no fusion region can see past the write.  One
+                # barrier serves every write since the last one (lazily, at the first read).
+                if any(info.group_of(p) in pending_remat for p in tensor_args(bsym)):
+                    rename = {}
+                    for g in pending_remat:
+                        stale_members(g, i, None, None, rename)
+                    writers = list(dict.fromkeys(id(w) for w in pending_remat.values()))
+                    by_id = {id(w): w for w in pending_remat.values()}
+                    wits = [w for w in (last_write_witness(by_id[k]) for k in writers) if w is not None]
+                    reasons = [f"remat: {_short(by_id[k])} runs once" for k in writers]
+                    pending_remat.clear()
+                    if rename:
+                        emit(rename, wits, reasons, bsym)
+            elif pending_remat:
+                pending_remat.clear()
             cur = bsym.from_bsym_swap_proxies(swap, skip_output=True) if swap else bsym
             my_anc = ancestry(cur)
             if groups:
@@ -270,8 +295,12 @@ class _Placer:
                         if info.group_of(p) == g and not (anc.get(v.name, 0) >> bit) & 1:
                             self._note_read(wbsym, bsym, p, written)
                             rename.setdefault(v.name, (v, wbsym))
-                    # Every stale member used from here on goes through the same barrier.
+                    # Every stale member used from here on goes through the same barrier, in this
+                    # group and in the other groups the same write left stale (batch_norm's rm, rv).
                     stale_members(g, i, bit, wbsym, rename)
+                    for g2, lw2 in last_write.items():
+                        if g2 != g and lw2[2] is wbsym:
+                            stale_members(g2, i, bit, wbsym, rename)
                     witnesses.append(wit)
                     reasons.append(f"RAW: {_short(wbsym)} before {_short(bsym)}")
                 # nvFuser can only write to an input of its fusion region; a barrier makes it one.
@@ -295,6 +324,7 @@ class _Placer:
                         dest_names = {d.name for d in dests}
                         prefer = [o for o, a in effect.aliases if a.name in dest_names]
                         last_write[g] = (bit, _witness(bsym, prefer), bsym, dests[0])
+                        witness_of[id(bsym)] = last_write[g][1]
                         epoch[g] = [(bit, _witness(bsym, prefer), bsym)]
                     else:
                         epoch.setdefault(g, []).append((bit, _witness(bsym), bsym))
@@ -308,16 +338,8 @@ class _Placer:
                 if any(a is w for w in effect.writes):
                     bump(current(a), o, bsym)
             if self.remat_guard and effect.writes and not backward:
-                # Fusion executors rematerialize: a consumer region may recompute values of its
-                # producer region from the producer's inputs.  Re-running a write is not
-                # idempotent, so in a joint trace everything read after a forward write goes
-                # through a barrier, and no fusion region can see past the write.
-                rename = {}
                 for g in write_groups:
-                    stale_members(g, i + 1, None, None, rename)
-                if rename:
-                    wit = last_write[next(iter(write_groups))][1]
-                    emit(rename, [wit] if wit is not None else [], [f"remat: {_short(bsym)} runs once"], bsym)
+                    pending_remat[g] = bsym
         return out
 
     def _proxy(self, name: str) -> TensorProxy:
