@@ -11,6 +11,7 @@ from thunder_ext.errors import (
 )
 
 __all__ = [
+    "CheckReport",
     "InplaceBarrierTransform",
     "InplaceOrderingError",
     "SavedTensorMutationError",
@@ -19,6 +20,7 @@ __all__ = [
     "ViewGradientError",
     "Violation",
     "assert_valid",
+    "check",
     "final_traces",
     "fusion_stage_traces",
     "last_reports",
@@ -34,4 +36,9 @@ def __getattr__(name: str):
         from thunder_ext.transforms import InplaceBarrierTransform
 
         return InplaceBarrierTransform
+    if name in ("check", "CheckReport"):
+        # Lazy, like the transform: the doctor is only needed by its users.
+        from thunder_ext import doctor
+
+        return getattr(doctor, name)
     raise AttributeError(f"module 'thunder_ext' has no attribute {name!r}")

@@ -133,7 +133,14 @@ class _Placer:
     """One forward walk over stripped bound symbols, adding barriers as ordering requires."""
 
     def __init__(
-        self, trace: TraceCtx, new_trace: TraceCtx, bsyms: list[BoundSymbol], executors, comment: bool, previous: dict
+        self,
+        trace: TraceCtx,
+        new_trace: TraceCtx,
+        bsyms: list[BoundSymbol],
+        executors,
+        comment: bool,
+        previous: dict,
+        remat_writes: frozenset[int] = frozenset(),
     ):
         self.trace, self.new_trace, self.bsyms = trace, new_trace, bsyms
         self.previous = {k: list(v) for k, v in previous.items()}
@@ -143,8 +150,7 @@ class _Placer:
         self.barrier_sym = _barrier_symbol(executors)
         self.comment = comment
         self.report = BarrierReport()
-        # A joint forward+backward trace: guard forward writes against rematerialization.
-        self.remat_guard = any(has_tags(b, {BoundSymbolTag.BACKWARD}) for b in bsyms)
+        self.remat_writes = remat_writes  # stripped indices of writes to guard (see place_barriers)
         self.origin: list[int] = []  # output position -> stripped index (-1 for a barrier)
 
     def run(self) -> list[BoundSymbol]:
@@ -206,6 +212,15 @@ class _Placer:
             self.origin.append(-1)
             return barrier
 
+        writes_at: dict[str, list[int]] = {}
+        for k, e in enumerate(info.effects):
+            for w in e.writes:
+                writes_at.setdefault(info.group_of(w), []).append(k)
+
+        def _next_after(ks: list[int]):
+            return lambda i: next((k for k in ks if k > i), None)
+
+        next_write = {g: _next_after(ks) for g, ks in writes_at.items()}
         pending_remat: dict[str, BoundSymbol] = {}  # group -> forward write not yet guarded
         witness_of: dict[int, TensorProxy | None] = {}
 
@@ -236,9 +251,9 @@ class _Placer:
             if pending_remat and not is_return(bsym):
                 # Fusion executors rematerialize: a consumer region may recompute values of its
                 # producer region from the producer's inputs.  Re-running a write is not
-                # idempotent, so in a joint trace what is read after a forward write goes
-                # through a barrier first, and no fusion region can see past the write.  One
-                # barrier serves every write since the last one (lazily, at the first read).
+                # idempotent, so what is read after a (forward) write goes through a barrier
+                # first: the write's output is then needed outside its region and no cut can
+                # move the write.  One barrier serves every write since the last read.
                 if any(info.group_of(p) in pending_remat for p in tensor_args(bsym)):
                     rename = {}
                     for g in pending_remat:
@@ -304,11 +319,29 @@ class _Placer:
                     witnesses.append(wit)
                     reasons.append(f"RAW: {_short(wbsym)} before {_short(bsym)}")
                 # nvFuser can only write to an input of its fusion region; a barrier makes it one.
-                for w in effect.writes:
-                    v = current(w)
-                    if v.name not in self.inputs and v.name not in made_by_barrier and v.name not in rename:
+                needs_input = [
+                    current(w)
+                    for w in effect.writes
+                    if current(w).name not in self.inputs and current(w).name not in made_by_barrier
+                ]
+                for v in needs_input:
+                    if v.name not in rename:
                         rename[v.name] = (v, bsym)
                         reasons.append(f"nvFuser: write to non-input {v.name} in {_short(bsym)}")
+                if rename:
+                    # The same barrier also serves the next writes of other groups (a module's
+                    # buffers are updated one after another), so they need no barrier of their own.
+                    for g2, nxt in next_write.items():
+                        if g2 not in write_groups and nxt(i) is not None:
+                            for w2 in info.effects[nxt(i)].writes:
+                                v2 = current(w2)
+                                if (
+                                    info.group_of(w2) == g2
+                                    and v2.name in defined
+                                    and v2.name not in self.inputs
+                                    and v2.name not in made_by_barrier
+                                ):
+                                    rename.setdefault(v2.name, (v2, None))
                 if rename or witnesses:
                     emit(rename, witnesses, reasons, bsym)
                     cur = bsym.from_bsym_swap_proxies(swap, skip_output=True)
@@ -337,7 +370,7 @@ class _Placer:
             for o, a in effect.aliases:
                 if any(a is w for w in effect.writes):
                     bump(current(a), o, bsym)
-            if self.remat_guard and effect.writes and not backward:
+            if i in self.remat_writes and effect.writes and not backward:
                 for g in write_groups:
                     pending_remat[g] = bsym
         return out
@@ -400,28 +433,71 @@ class _Placer:
         return bsym, outs[: len(members)]
 
 
+def unguarded_writes(bsyms: Sequence[BoundSymbol], origin: Sequence[int], effects) -> set[int]:
+    """Writes whose outputs fusible bsyms read but no barrier or return does (by stripped index).
+
+    A fusion executor's rematerialization may move such a write into a consumer region and
+    run it twice; an output that a non-fusible bsym needs pins the write to its region.
+    """
+    pinned: set[str] = set()
+    fused_reads: set[str] = set()
+    for b in bsyms:
+        names = (p.name for p in b.flat_proxy_args)
+        (pinned if is_barrier(b) or is_return(b) else fused_reads).update(names)
+    out = set()
+    for b, j in zip(bsyms, origin):
+        if j < 0 or not effects[j].writes or has_tags(b, {BoundSymbolTag.BACKWARD}):
+            continue
+        outs = {p.name for p in tensor_outs(b)}
+        if outs & fused_reads and not outs & pinned:
+            out.add(j)
+    return out
+
+
 def place_barriers(
-    trace: TraceCtx, *, executors: Sequence[Executor] | None = None, comment: bool = True
+    trace: TraceCtx,
+    *,
+    executors: Sequence[Executor] | None = None,
+    comment: bool = True,
+    remat_guard: bool = False,
 ) -> tuple[TraceCtx, BarrierReport]:
-    """The full pass, returning the new trace and a report of what it did."""
+    """The full pass, returning the new trace and a report of what it did.
+
+    ``remat_guard`` (used at the fusion stage, where fusion executors rematerialize) makes
+    sure that the output of every forward write that a fusible bsym reads is also read by a
+    barrier or the return (:func:`unguarded_writes`), adding a barrier before the first
+    later read where no ordering barrier already does it.
+    """
     from thunder_ext.dead_writes import dead_inplace_ops, remove_bsyms
 
     start = time.perf_counter()
     stripped, previous = strip_barriers(trace.bound_symbols)
     nstripped = sum(len(v) for v in previous.values())
     new_trace = from_trace(trace)
-    placer = _Placer(trace, new_trace, stripped, executors, comment, previous)
-    out = placer.run()
+
+    def place(bsyms: list[BoundSymbol], remat: frozenset[int] = frozenset()) -> tuple[_Placer, list[BoundSymbol]]:
+        placer = _Placer(trace, new_trace, bsyms, executors, comment, previous, remat)
+        return placer, placer.run()
+
+    placer, out = place(stripped)
     dead = dead_inplace_ops(out, placer.inputs)
-    report = placer.report
+    dead_bsyms: list[BoundSymbol] = []
     if dead:
         dead_origins = {placer.origin[k] for k in dead}
         dead_bsyms = [stripped[j] for j in sorted(dead_origins)]
         stripped = remove_bsyms(trace, stripped, dead_origins)
-        placer = _Placer(trace, new_trace, stripped, executors, comment, previous)
-        out = placer.run()
-        report = placer.report
-        report.dead_writes = dead_bsyms
+        placer, out = place(stripped)
+    if remat_guard:
+        remat: frozenset[int] = frozenset()
+        # Guard barriers only add readers that pin writes, so this converges; bound it anyway.
+        for _ in range(4):
+            need = unguarded_writes(out, placer.origin, placer.info.effects) - remat
+            if not need:
+                break
+            remat = remat | need
+            placer, out = place(stripped, remat)
+    report = placer.report
+    report.dead_writes = dead_bsyms
     report.stripped = nstripped
     new_trace.bound_symbols = out
     report.seconds = time.perf_counter() - start

@@ -67,7 +67,7 @@ class BarrierStage(FusionExecutor):
     def fusion_pass(self, trace: TraceCtx) -> TraceCtx:
         cd = get_compile_data()
         executors = tuple(cd.executors_list) if cd is not None else None
-        new, report = place_barriers(trace, executors=executors, comment=self.comment)
+        new, report = place_barriers(trace, executors=executors, comment=self.comment, remat_guard=True)
         if report.backward_reads_of_forward_writes:
             write, read = report.backward_reads_of_forward_writes[0]
             raise SavedTensorMutationError(

@@ -1,0 +1,331 @@
+"""``thunder_ext.check``: a doctor for your own in-place functions.
+
+``check(fn, *args)`` runs ``fn`` eagerly, then compiled by plain Thunder and by Thunder with
+:class:`~thunder_ext.InplaceBarrierTransform` (``check=True``), under both fusion types, and
+compares every compiled run with eager through :mod:`thunder_ext.compare` (outputs, the
+final state of the inputs, and gradients when inputs require grad).  It also runs the
+checker (:func:`thunder_ext.verify`) on each compiled run's final forward and backward
+traces and on the fusion-stage traces the transform produced, and counts the violations.
+
+Plain Thunder's traces usually show violations for a hazardous function even where its
+numbers happen to come out right: that is the point, it tells you the function relies on
+luck without the transform.
+
+    >>> report = thunder_ext.check(fn, x, w)
+    >>> print(report)          # a table, with a one-line verdict on top
+    >>> report.safe            # True iff every run with the transform agrees with eager
+"""
+
+from __future__ import annotations
+
+import html
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from thunder_ext.compare import Config, Outcome, Verdict, _clone, differential, execute
+
+FUSION_TYPES = ("consecutive", "dataflow")
+
+
+@dataclass
+class CheckRow:
+    """One compiled run: its configuration, verdict, and what the checker found in its traces."""
+
+    config: Config
+    verdict: Verdict
+    violations: list[tuple[str, str]] = field(default_factory=list)  # (trace stage, violation text)
+    barriers: int | None = None  # in the final forward + backward traces; None when there are none
+    traces_checked: int = 0
+    checker_error: str = ""
+
+    @property
+    def name(self) -> str:
+        return str(self.config)
+
+    @property
+    def result(self) -> str:
+        v = self.verdict
+        if v.eager_error is not None and v.status == "refused":
+            return "refused (eager too)"
+        return v.status
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok
+
+    @property
+    def violation_summary(self) -> str:
+        if not self.traces_checked:
+            return "-"
+        if not self.violations:
+            return "0"
+        kinds = Counter(text.split("]", 1)[0].lstrip("[") for _, text in self.violations)
+        return f"{len(self.violations)} (" + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + ")"
+
+    @property
+    def detail(self) -> str:
+        parts = []
+        if self.verdict.detail:
+            parts.append(self.verdict.detail)
+        if self.checker_error:
+            parts.append(f"checker: {self.checker_error}")
+        if not parts and self.violations:
+            stage, text = self.violations[0]
+            parts.append(f"{stage}: {text}")
+        return " | ".join(parts)
+
+
+@dataclass
+class CheckReport:
+    """The doctor's report: one row per compiled configuration, and a verdict."""
+
+    function: str
+    rows: list[CheckRow]
+    eager_error: BaseException | None = None
+
+    @property
+    def transform_rows(self) -> list[CheckRow]:
+        return [r for r in self.rows if r.config.transform]
+
+    @property
+    def plain_rows(self) -> list[CheckRow]:
+        return [r for r in self.rows if not r.config.transform]
+
+    @property
+    def safe(self) -> bool:
+        """Every run with the transform is correct, or refuses where eager PyTorch refuses too."""
+        rows = self.transform_rows
+        return bool(rows) and all(r.ok for r in rows)
+
+    @property
+    def plain_hazardous(self) -> bool:
+        """Plain Thunder gets it wrong (or crashes) somewhere, or its traces break an invariant."""
+        return any(not r.ok or r.violations for r in self.plain_rows)
+
+    def row(self, name: str) -> CheckRow:
+        for r in self.rows:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    @property
+    def verdict(self) -> str:
+        """The one-line verdict printed on top of the table."""
+        if self.safe:
+            bad = [r for r in self.plain_rows if not r.ok]
+            nviol = sum(len(r.violations) for r in self.plain_rows)
+            if bad:
+                why = "plain Thunder fails: " + ", ".join(f"{r.result} in {r.name}" for r in bad)
+            elif nviol:
+                why = f"plain Thunder is right here only by luck: {nviol} ordering violation(s) in its traces"
+            else:
+                why = "no in-place hazard found for plain Thunder either"
+            if self.eager_error is not None:
+                why += "; eager PyTorch raises and the transform refuses too"
+            return f"safe with InplaceBarrierTransform ({why})"
+        bad = [r for r in self.transform_rows if not r.ok]
+        refused = [r for r in bad if r.verdict.status == "refused"]
+        if refused and len(refused) == len(bad):
+            first = refused[0].verdict.detail.split(":", 1)[0] or "an InplaceOrderingError"
+            return (
+                f"UNSAFE: InplaceBarrierTransform refuses this function ({first}) where eager PyTorch "
+                "runs it; rewrite it as the error says"
+            )
+        what = ", ".join(f"{r.result} in {r.name}" for r in bad)
+        return f"UNSAFE: the compiled function does not match eager PyTorch even with the transform ({what})"
+
+    def _table(self) -> tuple[list[str], list[list[str]]]:
+        header = ["configuration", "result", "violations", "barriers", "detail"]
+        body = [
+            [r.name, r.result, r.violation_summary, "-" if r.barriers is None else str(r.barriers), r.detail]
+            for r in self.rows
+        ]
+        return header, body
+
+    def __str__(self) -> str:
+        header, body = self._table()
+        lines = [self.verdict, f"function: {self.function}"]
+        if self.eager_error is not None:
+            lines.append(f"eager PyTorch raises: {_short(self.eager_error)}")
+        lines.append("")
+        widths = [max(len(h), *(len(row[i]) for row in body)) if body else len(h) for i, h in enumerate(header)]
+        widths[-1] = len(header[-1])  # the detail column is not padded
+        lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
+        lines.append("  ".join("-" * w for w in widths))
+        for row in body:
+            cells = [c.ljust(w) for c, w in zip(row[:-1], widths)] + [_cut(row[-1], 160)]
+            lines.append("  ".join(cells).rstrip())
+        listed = [r for r in self.rows if r.violations]
+        if listed:
+            lines.append("")
+            lines.append("violations (first 3 per configuration):")
+            for r in listed:
+                for stage, text in r.violations[:3]:
+                    lines.append(f"  {r.name} [{stage}] {text}")
+                if len(r.violations) > 3:
+                    lines.append(f"  {r.name}: ... {len(r.violations) - 3} more")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<CheckReport {self.function}: {'safe' if self.safe else 'UNSAFE'}, {len(self.rows)} runs>"
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        header, body = self._table()
+        color = "#1a7f37" if self.safe else "#cf222e"
+        out = [
+            f'<div class="thunder-ext-check"><p style="color:{color}"><b>{e(self.verdict)}</b></p>',
+            f"<p>function: <code>{e(self.function)}</code></p>",
+        ]
+        if self.eager_error is not None:
+            out.append(f"<p>eager PyTorch raises: <code>{e(_short(self.eager_error))}</code></p>")
+        out.append("<table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr></thead><tbody>")
+        for r, row in zip(self.rows, body):
+            title = e("\n".join(f"[{s}] {t}" for s, t in r.violations), quote=True)
+            cells = "".join(f"<td>{e(c)}</td>" for c in row[:-1])
+            out.append(f'<tr title="{title}">{cells}<td>{e(row[-1])}</td></tr>')
+        out.append("</tbody></table></div>")
+        return "\n".join(out)
+
+
+def _deep_clone(x):
+    """``compare._clone`` applied inside lists, tuples and dicts too."""
+    from torch.utils._pytree import tree_map
+
+    return tree_map(_clone, x)
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _cut(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def _name(fn: Callable) -> str:
+    mod = getattr(fn, "__module__", None)
+    qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return f"{mod}.{qual}" if mod else qual
+
+
+def _inspect_traces(row: CheckRow, outcome: Outcome | None) -> None:
+    """Fill in the checker's violations and the barrier count of a compiled run.
+
+    A run that completed is checked on its final traces.  A crashed run is checked on the
+    last traces Thunder recorded before the crash (that is often where the hazard shows).
+    A refused run is not checked: Thunder's last traces then predate the transform.
+    """
+    from thunder_ext.checker import verify
+    from thunder_ext.integration import barrier_count, final_traces, fusion_stage_traces
+
+    if outcome is None or outcome.compiled is None or row.verdict.status == "refused":
+        return
+    completed = row.verdict.status in ("correct", "wrong")
+    prefix = "final" if completed else "last recorded"
+    stages = []
+    try:
+        finals = final_traces(outcome.compiled)
+        for k, trace in enumerate(fusion_stage_traces(outcome.compiled)):
+            stages.append((_stage("fusion stage", k), trace))
+        for k, (fw, bw) in enumerate(finals):
+            stages.append((_stage(f"{prefix} forward", k), fw))
+            if bw is not None:
+                stages.append((_stage(f"{prefix} backward", k), bw))
+        if finals and completed:
+            row.barriers = sum(barrier_count(fw) + (barrier_count(bw) if bw is not None else 0) for fw, bw in finals)
+    except Exception as e:  # traces are missing when the run failed early
+        if completed:
+            row.checker_error = _short(e)
+        return
+    for stage, trace in stages:
+        try:
+            found = verify(trace)
+        except Exception as e:  # the checker must not take the doctor down
+            row.checker_error = f"{stage}: {_short(e)}"
+            continue
+        row.traces_checked += 1
+        row.violations.extend((stage, str(v)) for v in found)
+
+
+def _stage(name: str, k: int) -> str:
+    return name if k == 0 else f"{name} #{k}"
+
+
+def check(
+    fn: Callable,
+    *args,
+    fusion_types: Sequence[str] = FUSION_TYPES,
+    entries: Sequence[str] = ("jit",),
+    executors: Sequence[str] = ("default",),
+    state: dict[str, torch.Tensor] | None = None,
+    **kwargs,
+) -> CheckReport:
+    """Check ``fn(*args, **kwargs)`` against eager PyTorch, with and without the transform.
+
+    ``args`` are cloned for every run (``fn`` may mutate them); gradients are compared for the
+    tensors in ``args`` that require grad.  The keyword-only options are:
+
+    * ``fusion_types``: Thunder fusion types to try (default both, consecutive and dataflow);
+    * ``entries``: ``"jit"`` (``thunder.jit``, the default) and/or ``"thunderfx"``;
+    * ``executors``: ``"default"`` and/or ``"torch_compile"`` (``torch_compile_ex`` only);
+    * ``state``: extra tensors ``fn`` mutates (a module's buffers); their final values are
+      compared too.  They are *not* cloned: they are reset to their initial values after
+      each run instead.
+
+    Any other keyword argument is passed to ``fn``.  Tensor keyword arguments are cloned per
+    run, and their final values are compared like ``state`` (their gradients are not).
+    """
+    for f in fusion_types:
+        if f not in FUSION_TYPES:
+            raise ValueError(f"unknown fusion type {f!r}; expected one of {FUSION_TYPES}")
+    for n in entries:
+        if n not in ("jit", "thunderfx"):
+            raise ValueError(f"unknown entry {n!r}; expected 'jit' or 'thunderfx'")
+    for x in executors:
+        if x not in ("default", "torch_compile"):
+            raise ValueError(f"unknown executors {x!r}; expected 'default' or 'torch_compile'")
+
+    state = dict(state or {})
+    initial_state = {k: v.detach().clone() for k, v in state.items()}
+    originals = tuple(_deep_clone(a) for a in args)
+    original_kwargs = {k: _deep_clone(v) for k, v in kwargs.items()}
+
+    def build():
+        for k, v in state.items():  # reset buffers the previous run mutated
+            with torch.no_grad():
+                v.copy_(initial_state[k])
+        run_kwargs = {k: _deep_clone(v) for k, v in original_kwargs.items()}
+        run_state = dict(state)
+        run_state.update({f"kwarg {k}": v for k, v in run_kwargs.items() if isinstance(v, torch.Tensor)})
+        target = fn
+        if run_kwargs:
+
+            def target(*a):
+                return fn(*a, **run_kwargs)
+
+        return target, tuple(_deep_clone(a) for a in originals), run_state
+
+    # Eager once, as ``differential`` would run it, shared by every compiled run.
+    torch.manual_seed(0)
+    efn, eargs, estate = build()
+    eager = execute(efn, [_clone(a) for a in eargs], estate)
+
+    rows = []
+    for entry in entries:
+        for ex in executors:
+            for ftype in fusion_types:
+                for transform in (False, True):
+                    cfg = Config(transform=transform, fusion_type=ftype, executors=ex, entry=entry, check=transform)
+                    verdict = differential(build, cfg, eager=eager)
+                    row = CheckRow(cfg, verdict)
+                    _inspect_traces(row, verdict.outcome)
+                    rows.append(row)
+    for k, v in state.items():
+        with torch.no_grad():
+            v.copy_(initial_state[k])
+    return CheckReport(_name(fn), rows, eager.error)

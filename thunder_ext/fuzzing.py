@@ -1,0 +1,704 @@
+"""Random in-place programs for property-based differential testing (hypothesis).
+
+:func:`programs` is a hypothesis strategy of straight-line PyTorch functions, generated as
+*source code*: a :class:`Program` prints as the Python it runs, so a failing example shrinks
+to a small program that reads like a bug report.  The source is compiled with ``compile()``
+under a ``<fuzz-N>`` file name and registered in :mod:`linecache`, so Thunder's traces and
+tracebacks show its lines.
+
+**Vocabulary.**  Every float input is a ``(4, 3)`` tensor (``a``, ``b``, ``c``), each with
+its own ``requires_grad``; optional running stats ``rm``/``rv`` of shape ``(3,)`` (never
+requiring grad), and ``idx = tensor([1, 0])`` when ``index_copy_`` is used.  Statements:
+
+* functional elementwise ops: ``sin cos tanh sigmoid neg exp`` and ``+ - *`` with a tensor
+  of the same shape or a small constant;
+* their in-place twins: ``sin_ cos_ tanh_ neg_ exp_ clamp_``, ``add_ sub_ mul_``, ``+=``, and
+  ``F.relu(t, inplace=True)`` (an untagged in-place composite);
+* views, slices and reshapes: ``t[0]``, ``t[1:]``, ``t[:2]``, ``t[:, 1]``, ``t.view(-1)``,
+  ``t.view(2, 6)``, ``t.reshape(3, 4)``, ``t.t()``, ``t.unsqueeze(0)``;
+* writes: ``copy_``, ``index_copy_(0, idx, s)``, setitem ``t[0] = s`` / ``t[1:] = c``;
+* ``F.batch_norm(t, rm, rv, training=True)`` on a 2-D tensor (updates ``rm``/``rv``);
+* reductions: ``sum``/``mean`` along a dim.
+
+Reads, writes to inputs and to their views, and dead writes (an intermediate mutated and
+never read again) all come from drawing statements over every live name.  Writes to (views
+of) inputs that require grad, which eager refuses, are drawn in one program out of four.  Shapes are
+tracked so that every statement type-checks; ``view`` is only drawn on contiguous tensors
+and ``copy_`` only between equal shapes.  A bound on magnitudes is tracked per storage so
+that values stay finite (``exp`` only on small values, products capped).  The function
+returns a tuple of one to three names.
+
+**Verdict rule** (:func:`judge`).  Each program runs through :func:`~thunder_ext.compare.differential`
+with ``thunder.jit``, default executors and ``InplaceBarrierTransform(check=True)``, under
+``fusion_type`` ``consecutive`` and ``dataflow``, once with the inputs' ``requires_grad``
+as generated (when any input requires grad) and once with none.  A cell passes when:
+
+* the compiled run matches eager exactly as ``compare`` compares (outputs, final inputs,
+  gradients), and :func:`~thunder_ext.checker.verify` finds no violation in its final and
+  fusion-stage traces; or
+* the transform refuses with a documented :class:`~thunder_ext.errors.InplaceOrderingError`
+  (a :class:`~thunder_ext.checker.TraceInvariantError` is the checker catching a bug: a
+  failure), whether or not eager raised; eager raising and the compiled run returning
+  numbers is a failure.
+
+A crash (any other exception) is a failure, unless plain Thunder (no transform,
+``consecutive``) crashes with the same exception type in the same grad mode: then the cell
+is *out of scope* (a Thunder limitation, not the transform's).  A program all of whose cells
+are out of scope is rejected by the test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+import math
+import re
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from hypothesis import strategies as st
+
+from thunder_ext.compare import Builder, Config, differential
+
+BASE_SHAPE = (4, 3)
+LIMIT = 100.0  # largest magnitude a value may reach
+INPUT_BOUND = 5.0  # randn values, generously
+CONSTANTS = (0.5, -0.5, 2.0, 1.5)
+MAX_STATEMENTS = 10
+
+CONFIGS = (
+    Config(transform=True, fusion_type="consecutive", check=True),
+    Config(transform=True, fusion_type="dataflow", check=True),
+)
+PLAIN_BASELINE = Config(transform=False, fusion_type="consecutive", check=False)
+
+_counter = itertools.count()
+
+
+# -- programs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Input:
+    """One parameter of a generated function."""
+
+    name: str
+    kind: str  # 'x' (4, 3) float, 'rm' running mean, 'rv' running var, 'idx' index
+    requires_grad: bool = False
+
+    def describe(self) -> str:
+        what = {
+            "x": "(4, 3)",
+            "rm": "(3,) running mean",
+            "rv": "(3,) running var",
+            "idx": "tensor([1, 0])",
+        }[self.kind]
+        return f"{self.name} {what}" + (" requires_grad" if self.requires_grad else "")
+
+    def make(self, grad: bool) -> torch.Tensor:
+        if self.kind == "idx":
+            return torch.tensor([1, 0])
+        if self.kind == "rm":
+            return torch.randn(3) * 0.1
+        if self.kind == "rv":
+            return torch.rand(3) + 0.5
+        return torch.randn(*BASE_SHAPE).requires_grad_(grad and self.requires_grad)
+
+
+@dataclass(eq=False)
+class Program:
+    """A generated function: its inputs, its body lines and the names it returns."""
+
+    inputs: tuple[Input, ...]
+    body: tuple[str, ...]
+    returns: tuple[str, ...]
+    _fn: Callable | None = field(default=None, repr=False)
+
+    @property
+    def source(self) -> str:
+        header = "# inputs: " + ", ".join(i.describe() for i in self.inputs)
+        params = ", ".join(i.name for i in self.inputs)
+        lines = [header, f"def fuzz({params}):"]
+        lines += [f"    {line}" for line in self.body]
+        lines.append(f"    return ({', '.join(self.returns)},)")
+        return "\n".join(lines) + "\n"
+
+    def __str__(self) -> str:
+        return self.source
+
+    def __repr__(self) -> str:
+        return "\n" + self.source
+
+    def _repr_pretty_(self, printer, cycle) -> None:  # hypothesis' "Falsifying example" printer
+        printer.text(repr(self))
+
+    @property
+    def has_grad_inputs(self) -> bool:
+        return any(i.requires_grad for i in self.inputs)
+
+    def function(self) -> Callable:
+        """The program as a real Python function (compiled once)."""
+        if self._fn is None:
+            self._fn = compile_source(self.source, "fuzz")
+        return self._fn
+
+    def make_args(self, grad: bool) -> tuple:
+        return tuple(i.make(grad) for i in self.inputs)
+
+    def builder(self, grad: bool) -> Builder:
+        """A :data:`~thunder_ext.compare.Builder`; ``grad=False`` turns every ``requires_grad`` off."""
+        fn = self.function()
+        return lambda: (fn, self.make_args(grad), {})
+
+
+def compile_source(source: str, name: str) -> Callable:
+    """Compile ``source`` under a fresh ``<fuzz-N>`` file name, registered in linecache."""
+    filename = f"<fuzz-{next(_counter)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace: dict = {"torch": torch, "F": F}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name]
+
+
+# -- the generator ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Var:
+    name: str
+    shape: tuple[int, ...]
+    root: str  # the storage this name views
+    contiguous: bool = True
+
+
+class _Builder:
+    """Mutable generation state: live names, shapes, storage bounds and emitted lines."""
+
+    def __init__(self, draw, inputs: list[Input], *, leaf_writes: bool) -> None:
+        self.draw = draw
+        # eager refuses in-place writes to (views of) leaves that require grad; drawn rarely
+        self.protected = set() if leaf_writes else {i.name for i in inputs if i.requires_grad}
+        self.inputs = inputs
+        self.vars: list[_Var] = []
+        self.bound: dict[str, float] = {}
+        self.lines: list[str] = []
+        self.count = 0
+        for i in inputs:
+            shape = BASE_SHAPE if i.kind == "x" else (3,)
+            self.vars.append(_Var(i.name, shape, i.name))
+            self.bound[i.name] = {"x": INPUT_BOUND, "rm": 1.0, "rv": 2.0}[i.kind]
+
+    # helpers
+
+    def b(self, v: _Var) -> float:
+        return self.bound[v.root]
+
+    def pick(self, pred: Callable[[_Var], bool] = lambda v: True) -> _Var | None:
+        cands = [v for v in self.vars if pred(v)]
+        return self.draw(st.sampled_from(cands)) if cands else None
+
+    def new(self, expr: str, shape: tuple[int, ...], bound: float, *, root: str | None = None, contiguous=True) -> None:
+        name = f"t{self.count}"
+        self.count += 1
+        self.lines.append(f"{name} = {expr}")
+        r = root if root is not None else name
+        self.vars.append(_Var(name, shape, r, contiguous))
+        if root is None:
+            self.bound[name] = bound
+
+    def target(self, pred: Callable[[_Var], bool] = lambda v: True) -> _Var | None:
+        """A name to write to."""
+        return self.pick(lambda v: v.root not in self.protected and pred(v))
+
+    def write(self, v: _Var, line: str, value_bound: float) -> None:
+        self.lines.append(line)
+        self.bound[v.root] = max(self.bound[v.root], value_bound)
+
+    def input_named(self, kind: str) -> Input | None:
+        return next((i for i in self.inputs if i.kind == kind), None)
+
+    def need_idx(self) -> str:
+        i = self.input_named("idx")
+        if i is None:
+            i = Input("idx", "idx")
+            self.inputs.append(i)
+        return i.name
+
+    # statements: each returns False when nothing in scope fits
+
+    def unary(self) -> bool:
+        op = self.draw(st.sampled_from(("sin", "cos", "tanh", "sigmoid", "neg", "exp")))
+        v = self.pick((lambda v: self.b(v) <= 3.0) if op == "exp" else (lambda v: True))
+        if v is None:
+            return False
+        bound = {"neg": self.b(v), "exp": math.exp(self.b(v))}.get(op, 1.0)
+        self.new(f"{v.name}.{op}()", v.shape, bound)
+        return True
+
+    def binary(self) -> bool:
+        op = self.draw(st.sampled_from(("+", "*", "-")))
+        v = self.pick()
+        other, ob = self.operand(v)
+        bound = self.b(v) * ob if op == "*" else self.b(v) + ob
+        if bound > LIMIT:
+            return False
+        self.new(f"{v.name} {op} {other}", v.shape, bound)
+        return True
+
+    def operand(self, v: _Var) -> tuple[str, float]:
+        """A same-shape tensor or a constant, and its bound."""
+        w = self.pick(lambda w: w.shape == v.shape) if self.draw(st.booleans()) else None
+        if w is None:
+            c = self.draw(st.sampled_from(CONSTANTS))
+            return repr(c), abs(c)
+        return w.name, self.b(w)
+
+    def view(self) -> bool:
+        kinds = ("[0]", "[1:]", "[:2]", "[:, 1]", "view(-1)", "view(2, 6)", "reshape(3, 4)", "t()", "unsqueeze(0)")
+        kind = self.draw(st.sampled_from(kinds))
+        v = self.pick(lambda v: _view_shape(kind, v) is not None)
+        if v is None:
+            return False
+        shape, contiguous = _view_shape(kind, v)
+        expr = f"{v.name}{kind}" if kind.startswith("[") else f"{v.name}.{kind}"
+        if kind == "reshape(3, 4)" and not v.contiguous:
+            # reshape copies a non-contiguous tensor, in eager and in Thunder alike
+            self.new(expr, shape, self.b(v))
+        else:
+            self.new(expr, shape, 0.0, root=v.root, contiguous=contiguous)
+        return True
+
+    def reduce(self) -> bool:
+        v = self.pick(lambda v: len(v.shape) == 2)
+        if v is None:
+            return False
+        op = self.draw(st.sampled_from(("sum", "mean")))
+        dim = self.draw(st.integers(0, 1))
+        bound = self.b(v) * (v.shape[dim] if op == "sum" else 1)
+        if bound > LIMIT:
+            return False
+        shape = tuple(s for d, s in enumerate(v.shape) if d != dim)
+        self.new(f"{v.name}.{op}({dim})", shape, bound)
+        return True
+
+    def inplace_unary(self) -> bool:
+        op = self.draw(st.sampled_from(("sin_", "cos_", "tanh_", "clamp_(-1.0, 1.0)", "neg_", "exp_", "relu")))
+        v = self.target((lambda v: self.b(v) <= 3.0) if op == "exp_" else (lambda v: True))
+        if v is None:
+            return False
+        bound = {"neg_": self.b(v), "exp_": math.exp(self.b(v)), "relu": self.b(v)}.get(op, 1.0)
+        line = f"F.relu({v.name}, inplace=True)" if op == "relu" else f"{v.name}.{op}"
+        line += "" if op == "relu" or op.endswith(")") else "()"
+        self.write(v, line, bound)
+        return True
+
+    def inplace_binary(self) -> bool:
+        op = self.draw(st.sampled_from(("add_", "mul_", "sub_", "+=")))
+        v = self.target()
+        if v is None:
+            return False
+        other, ob = self.operand(v)
+        bound = self.b(v) * ob if op == "mul_" else self.b(v) + ob
+        if bound > LIMIT:
+            return False
+        line = f"{v.name} += {other}" if op == "+=" else f"{v.name}.{op}({other})"
+        self.write(v, line, bound)
+        return True
+
+    def copy(self) -> bool:
+        v = self.target()
+        w = self.pick(lambda w: w.shape == v.shape and w.name != v.name) if v is not None else None
+        if w is None:
+            return False
+        self.write(v, f"{v.name}.copy_({w.name})", self.b(w))
+        return True
+
+    def setitem(self) -> bool:
+        v = self.target(lambda v: len(v.shape) >= 1 and v.shape[0] >= 2)
+        if v is None:
+            return False
+        where = self.draw(st.sampled_from(("[0]", "[1:]")))
+        w = self.pick(lambda w: w.shape == v.shape[1:]) if self.draw(st.booleans()) else None
+        if w is None:
+            c = self.draw(st.sampled_from(CONSTANTS))
+            self.write(v, f"{v.name}{where} = {c!r}", abs(c))
+        else:
+            self.write(v, f"{v.name}{where} = {w.name}", self.b(w))
+        return True
+
+    def index_copy(self) -> bool:
+        v = self.target(lambda v: len(v.shape) >= 1 and v.shape[0] >= 2)
+        if v is None:
+            return False
+        w = self.pick(lambda w: w.shape == (2, *v.shape[1:]))
+        if w is None:
+            return False
+        self.write(v, f"{v.name}.index_copy_(0, {self.need_idx()}, {w.name})", self.b(w))
+        return True
+
+    def batch_norm(self) -> bool:
+        rm, rv = self.input_named("rm"), self.input_named("rv")
+        if rm is None or rv is None:
+            return False
+        v = self.pick(lambda v: v.shape == BASE_SHAPE and self.b(v) <= 7.0)
+        if v is None:
+            return False
+        self.bound["rm"] = max(self.bound["rm"], self.b(v))
+        self.bound["rv"] = max(self.bound["rv"], 2 * self.b(v) ** 2)
+        self.new(f"F.batch_norm({v.name}, rm, rv, training=True, momentum=0.1)", BASE_SHAPE, 2.0)
+        return True
+
+    STATEMENTS = (
+        "unary",
+        "binary",
+        "inplace_unary",
+        "inplace_binary",
+        "view",
+        "reduce",
+        "copy",
+        "setitem",
+        "index_copy",
+        "batch_norm",
+    )
+
+
+def _view_shape(kind: str, v: _Var) -> tuple[tuple[int, ...], bool] | None:
+    """(shape, contiguous) of ``v`` viewed as ``kind``, or None when it does not apply."""
+    s, n = v.shape, len(v.shape)
+    if kind == "[0]":
+        return (s[1:], v.contiguous) if n >= 1 and s[0] >= 1 else None
+    if kind == "[1:]":
+        return ((s[0] - 1, *s[1:]), v.contiguous) if n >= 1 and s[0] >= 2 else None
+    if kind == "[:2]":
+        return ((2, *s[1:]), v.contiguous) if n >= 1 and s[0] >= 3 else None
+    if kind == "[:, 1]":
+        return ((s[0],), False) if n == 2 and s[1] >= 2 else None
+    if kind == "view(-1)":
+        return ((math.prod(s),), True) if v.contiguous and n >= 2 else None
+    if kind == "view(2, 6)":
+        return ((2, 6), True) if v.contiguous and math.prod(s) == 12 and s != (2, 6) else None
+    if kind == "reshape(3, 4)":
+        return ((3, 4), v.contiguous) if math.prod(s) == 12 and s != (3, 4) else None
+    if kind == "t()":
+        return ((s[1], s[0]), False) if n == 2 else None
+    if kind == "unsqueeze(0)":
+        return ((1, *s), v.contiguous) if n <= 2 else None
+    raise ValueError(kind)
+
+
+@st.composite
+def programs(draw, max_statements: int = MAX_STATEMENTS) -> Program:
+    """Hypothesis strategy: a random straight-line in-place :class:`Program`."""
+    n_inputs = draw(st.integers(1, 3))
+    inputs = [Input(name, "x", draw(st.booleans())) for name in "abc"[:n_inputs]]
+    if draw(st.booleans()):
+        inputs += [Input("rm", "rm"), Input("rv", "rv")]
+    g = _Builder(draw, inputs, leaf_writes=draw(st.integers(0, 3)) == 3)
+    for _ in range(draw(st.integers(1, max_statements))):
+        kind = draw(st.sampled_from(_Builder.STATEMENTS))
+        getattr(g, kind)()
+    names = [v.name for v in g.vars]
+    # later names first: shrinking then prefers returning what the body computed
+    returns = draw(st.lists(st.sampled_from(names[::-1]), min_size=1, max_size=3, unique=True))
+    return Program(_used_inputs(g.inputs, [*g.lines, *returns]), tuple(g.lines), tuple(returns))
+
+
+def _used_inputs(inputs: list[Input], lines: list[str]) -> tuple[Input, ...]:
+    """Inputs the program mentions, and those that require grad (their grad, None, is compared)."""
+    words = {w for line in lines for w in re.findall(r"\w+", line)}
+    return tuple(i for i in inputs if i.name in words or i.requires_grad)
+
+
+# -- the verdict ---------------------------------------------------------------------------
+
+
+class FuzzFailure(AssertionError):
+    """A cell broke the verdict rule.  Subclasses let hypothesis tell distinct bugs apart."""
+
+
+class WrongResult(FuzzFailure):
+    """Compiled numbers differ from eager's."""
+
+
+class MissedRefusal(FuzzFailure):
+    """Eager raised, the compiled run returned numbers."""
+
+
+class CheckerCaught(FuzzFailure):
+    """``check=True`` raised TraceInvariantError: the pass produced an invalid trace."""
+
+
+class CompiledCrash(FuzzFailure):
+    """The compiled run crashed, and plain Thunder does not crash the same way."""
+
+
+class TraceViolation(FuzzFailure):
+    """A correct run whose final or fusion-stage trace fails :func:`verify`."""
+
+
+FAILURE_KINDS: dict[str, type[FuzzFailure]] = {
+    "wrong": WrongResult,
+    "missed-refusal": MissedRefusal,
+    "checker": CheckerCaught,
+    "crash": CompiledCrash,
+    "violation": TraceViolation,
+}
+
+
+@dataclass
+class Cell:
+    """The outcome of one (config, grad mode) run."""
+
+    config: Config
+    grad: bool
+    status: str  # differential's status
+    detail: str
+    verdict: str  # 'ok', 'out-of-scope' or a FAILURE_KINDS key
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict in FAILURE_KINDS
+
+    def label(self) -> str:
+        return f"{self.config.fusion_type}/{'grad' if self.grad else 'no-grad'}"
+
+    def signature(self) -> str:
+        """A short key that groups failures of the same kind (names and numbers erased)."""
+        detail = re.sub(r"`[^`]*`", "_", self.detail)
+        detail = re.sub(r"\d+(\.\d+)?", "N", detail)[:120]
+        return f"{self.verdict}: {detail}"
+
+    def __str__(self) -> str:
+        return f"{self.label()}: {self.status} -> {self.verdict}" + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass
+class Judgement:
+    cells: list[Cell]
+
+    @property
+    def failures(self) -> list[Cell]:
+        return [c for c in self.cells if c.failed]
+
+    @property
+    def out_of_scope(self) -> bool:
+        """Every cell hit a Thunder limitation: nothing was tested."""
+        return all(c.verdict == "out-of-scope" for c in self.cells)
+
+    def raise_first_failure(self) -> None:
+        if self.failures:
+            c = self.failures[0]
+            others = "".join(f"\n  also {o}" for o in self.failures[1:])
+            raise FAILURE_KINDS[c.verdict](f"{c}{others}")
+
+
+def _error_chain(e: BaseException | None) -> list[BaseException]:
+    out, seen = [], set()
+    while e is not None and id(e) not in seen:
+        out.append(e)
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return out
+
+
+def _is_checker_error(e: BaseException | None) -> bool:
+    from thunder_ext.checker import TraceInvariantError
+
+    return any(isinstance(x, TraceInvariantError) for x in _error_chain(e))
+
+
+def trace_violations(compiled) -> list[str]:
+    """Violations that :func:`verify` finds in the final and fusion-stage traces of ``compiled``."""
+    from thunder_ext.checker import verify
+    from thunder_ext.integration import final_traces, fusion_stage_traces
+
+    traces = [t for fw, bw in final_traces(compiled) for t in (fw, bw) if t is not None]
+    traces += fusion_stage_traces(compiled)
+    return [str(v) for t in traces for v in verify(t)]
+
+
+def _where(e: BaseException | None) -> str:
+    """``file:line in function`` of the innermost frame of ``e``'s traceback."""
+    tb = e.__traceback__ if e is not None else None
+    if tb is None:
+        return "?"
+    frame = traceback.extract_tb(tb)[-1]
+    path = frame.filename.split("site-packages/")[-1].split("/work/main/")[-1]
+    return f"{path}:{frame.lineno} in {frame.name}"
+
+
+def _violation_kinds(e: BaseException | None) -> str:
+    kinds = re.findall(r"^\s*\[([\w-]+)\]", str(e), flags=re.M)
+    return ", ".join(sorted(set(kinds)))
+
+
+def judge_cell(build: Builder, config: Config, grad: bool, baseline: Callable[[], object]) -> Cell:
+    """Classify one run by the verdict rule; ``baseline()`` is plain Thunder's verdict (lazy)."""
+    v = differential(build, config)
+    error = v.outcome.error if v.outcome is not None else None
+
+    def cell(verdict: str, detail: str = v.detail) -> Cell:
+        return Cell(config, grad, v.status, detail, verdict)
+
+    if v.status == "correct":
+        violations = trace_violations(v.outcome.compiled)
+        return cell("violation", violations[0][:300]) if violations else cell("ok")
+    if v.status == "refused":
+        if _is_checker_error(error):
+            stage = re.search(r"on the ([\w ()-]+?):", str(error))
+            return cell("checker", f"{_violation_kinds(error)} on the {stage.group(1) if stage else '?'}")
+        return cell("ok")
+    if v.status == "wrong":
+        return cell("missed-refusal" if v.eager_error is not None else "wrong")
+    plain = baseline()
+    same = plain.status == "crash" and plain.detail.split(":")[0] == v.detail.split(":")[0]
+    if same:
+        return cell("out-of-scope")
+    return cell("crash", f"{v.detail} at {_where(error)} [plain thunder: {plain.status}]")
+
+
+def judge_builders(builders: Mapping[bool, Builder], configs: Sequence[Config] = CONFIGS) -> Judgement:
+    """Judge every config in every grad mode; ``builders`` maps grad mode to a builder."""
+    cells = []
+    for grad, build in builders.items():
+        plain: list = []
+
+        def baseline(build=build, plain=plain):
+            if not plain:
+                plain.append(differential(build, PLAIN_BASELINE))
+            return plain[0]
+
+        cells += [judge_cell(build, c, grad, baseline) for c in configs]
+    return Judgement(cells)
+
+
+def judge(program: Program, configs: Sequence[Config] = CONFIGS) -> Judgement:
+    """The verdict rule over ``program``: with grad (as generated) when any input wants it, and without."""
+    modes = (False, True) if program.has_grad_inputs else (False,)
+    return judge_builders({g: program.builder(g) for g in modes}, configs)
+
+
+def judge_function(fn: Callable, make_args: Callable[[bool], tuple], *, grad_modes=(False, True)) -> Judgement:
+    """The verdict rule over a hand-written function (regression tests).
+
+    ``make_args(grad)`` returns fresh inputs; with ``grad=False`` none may require grad.
+    """
+    return judge_builders({g: (lambda g=g: (fn, make_args(g), {})) for g in grad_modes})
+
+
+# -- the soak ------------------------------------------------------------------------------
+
+
+@dataclass
+class SoakResult:
+    ran: int = 0  # programs judged
+    out_of_scope: int = 0
+    cells: dict[str, int] = field(default_factory=dict)  # verdict -> count
+    failures: dict[str, list[Program]] = field(default_factory=dict)  # signature -> programs
+    cells_of: dict[str, set[str]] = field(default_factory=dict)  # signature -> cell labels
+
+    def record(self, program: Program, j: Judgement) -> None:
+        self.ran += 1
+        self.out_of_scope += j.out_of_scope
+        for c in j.cells:
+            self.cells[c.verdict] = self.cells.get(c.verdict, 0) + 1
+        for c in j.failures:
+            progs = self.failures.setdefault(c.signature(), [])
+            if not progs or progs[-1] is not program:
+                progs.append(program)
+            self.cells_of.setdefault(c.signature(), set()).add(c.label())
+
+    @property
+    def failed_programs(self) -> int:
+        return len({id(p) for ps in self.failures.values() for p in ps})
+
+    def smallest(self, signature: str) -> Program:
+        return min(self.failures[signature], key=lambda p: (len(p.body), len(p.source)))
+
+
+def soak(max_examples: int, *, seed: int | None = None, on_program: Callable | None = None) -> SoakResult:
+    """Judge ``max_examples`` random programs without stopping at failures; group failures by signature."""
+    from hypothesis import HealthCheck, Phase, given, reject, settings
+    from hypothesis import seed as hseed
+
+    result = SoakResult()
+
+    @settings(
+        max_examples=max_examples,
+        derandomize=False,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(programs())
+    def run(program: Program) -> None:
+        j = judge(program)
+        result.record(program, j)
+        if on_program is not None:
+            on_program(result, program, j)
+        if j.out_of_scope:
+            reject()
+
+    if seed is not None:
+        run = hseed(seed)(run)
+    run()
+    return result
+
+
+def fails_with(signature: str) -> Callable[[Program], bool]:
+    """A predicate: some cell of the program's judgement fails with ``signature``."""
+    return lambda p: any(c.signature() == signature for c in judge(p).failures)
+
+
+def reduce(program: Program, still_fails: Callable[[Program], bool]) -> Program:
+    """Greedily delete body lines, returns, ``requires_grad`` flags and inputs while ``still_fails``.
+
+    A complement to hypothesis' shrinking that starts from a given program (the soak's).
+    """
+    def variants(p: Program):
+        for k in reversed(range(len(p.body))):
+            yield Program(p.inputs, p.body[:k] + p.body[k + 1 :], p.returns)
+        if len(p.returns) > 1:
+            for k in range(len(p.returns)):
+                yield Program(p.inputs, p.body, p.returns[:k] + p.returns[k + 1 :])
+        for k, i in enumerate(p.inputs):
+            if i.requires_grad:
+                flipped = Input(i.name, i.kind, False)
+                yield Program(p.inputs[:k] + (flipped,) + p.inputs[k + 1 :], p.body, p.returns)
+        used = _used_inputs(list(p.inputs), [*p.body, *p.returns])
+        if len(used) < len(p.inputs):
+            yield Program(used, p.body, p.returns)
+
+    current, progress = program, True
+    while progress:
+        progress = False
+        for candidate in variants(current):
+            if still_fails(candidate):
+                current, progress = candidate, True
+                break
+    return current
+
+
+def shrink(signature: str, *, max_examples: int = 200) -> Program | None:
+    """The smallest program hypothesis finds whose judgement fails with ``signature``."""
+    from hypothesis import HealthCheck, Phase, find, settings
+    from hypothesis.errors import NoSuchExample
+
+    def has_it(p: Program) -> bool:
+        return any(c.signature() == signature for c in judge(p).failures)
+
+    s = settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+    )
+    try:
+        return find(programs(), has_it, settings=s)
+    except NoSuchExample:
+        return None
