@@ -97,8 +97,13 @@ def install_barrier_stage(*, check: bool, comment: bool = True) -> bool:
 
 
 def jitted_functions(compiled) -> list:
-    """The ``thunder.jit`` functions behind ``compiled``: itself, or every ThunderFX subgraph's."""
-    backend = getattr(compiled, "_backend", None)
+    """The ``thunder.jit`` functions behind ``compiled``: itself, or every ThunderFX subgraph's.
+
+    ``compiled`` is a ``thunder.jit`` function, a ``thunderfx`` object or a ``ThunderCompiler``.
+    """
+    # A thunderfx object carries its ThunderCompiler as ``_backend``; a ThunderCompiler is
+    # its own backend.
+    backend = compiled if hasattr(compiled, "subgraph_infos") else getattr(compiled, "_backend", None)
     if backend is None:
         return [compiled]
     fns = []
