@@ -83,6 +83,8 @@ class BarrierReport:
     alias_reads: list[AliasRead] = field(default_factory=list)
     backward_reads_of_forward_writes: list[tuple[BoundSymbol, BoundSymbol]] = field(default_factory=list)
     dead_writes: list[BoundSymbol] = field(default_factory=list)
+    # Witnesses left out because they carry gradients (before autodiff; see place_barriers).
+    dropped_witnesses: int = 0
     stripped: int = 0
     seconds: float = 0.0
 
@@ -141,6 +143,7 @@ class _Placer:
         comment: bool,
         previous: dict,
         remat_writes: frozenset[int] = frozenset(),
+        differentiable: frozenset[str] = frozenset(),
     ):
         self.trace, self.new_trace, self.bsyms = trace, new_trace, bsyms
         self.previous = {k: list(v) for k, v in previous.items()}
@@ -151,6 +154,7 @@ class _Placer:
         self.comment = comment
         self.report = BarrierReport()
         self.remat_writes = remat_writes  # stripped indices of writes to guard (see place_barriers)
+        self.differentiable = differentiable  # witnesses never to use (see place_barriers)
         self.origin: list[int] = []  # output position -> stripped index (-1 for a barrier)
 
     def run(self) -> list[BoundSymbol]:
@@ -196,8 +200,13 @@ class _Placer:
                 acc |= anc.get(p.name, 0)
             return acc
 
-        def emit(rename: dict, witnesses: list, reasons: list, before: BoundSymbol) -> BoundSymbol:
+        def emit(rename: dict, witnesses: list, reasons: list, before: BoundSymbol) -> BoundSymbol | None:
             """Add one barrier over ``rename`` (current name -> (version, cause)) and ``witnesses``."""
+            kept = [w for w in witnesses if w.name not in self.differentiable]
+            self.report.dropped_witnesses += len(witnesses) - len(kept)
+            witnesses = kept
+            if not rename and not witnesses:
+                return None
             versions = [v for v, _ in rename.values()]
             barrier, outs = self._barrier(versions, witnesses, before, reasons)
             b_anc = 0
@@ -295,9 +304,22 @@ class _Placer:
                         continue
                     # RAW: this read must be reached from the group's last write.
                     lw = last_write.get(g)
-                    if lw is None or (my_anc >> lw[0]) & 1:
+                    if lw is None:
                         continue
                     bit, wit, wbsym, written = lw
+                    stale = [
+                        p
+                        for p in tensor_args(bsym)
+                        if info.group_of(p) == g and not (anc.get(current(p).name, 0) >> bit) & 1
+                    ]
+                    # Even when the bsym as a whole is ordered after the write (it also reads the
+                    # write's output), a stale name carries no gradient through the write (class 5).
+                    for p in stale:
+                        self._note_read(wbsym, bsym, p, written)
+                    # The return is judged per value: Thunder later unwraps it and drops
+                    # ``flat_args``, which may be the only edge from the write.
+                    if (my_anc >> bit) & 1 and not (is_return(bsym) and stale):
+                        continue
                     if wit is None:
                         raise UnorderableAccessError(
                             "this in-place write produces no tensor a barrier could consume, "
@@ -305,11 +327,9 @@ class _Placer:
                             wbsym,
                             bsym,
                         )
-                    for p in tensor_args(bsym):
+                    for p in stale:
                         v = current(p)
-                        if info.group_of(p) == g and not (anc.get(v.name, 0) >> bit) & 1:
-                            self._note_read(wbsym, bsym, p, written)
-                            rename.setdefault(v.name, (v, wbsym))
+                        rename.setdefault(v.name, (v, wbsym))
                     # Every stale member used from here on goes through the same barrier, in this
                     # group and in the other groups the same write left stale (batch_norm's rm, rv).
                     stale_members(g, i, bit, wbsym, rename)
@@ -460,8 +480,14 @@ def place_barriers(
     executors: Sequence[Executor] | None = None,
     comment: bool = True,
     remat_guard: bool = False,
+    differentiable: frozenset[str] = frozenset(),
 ) -> tuple[TraceCtx, BarrierReport]:
     """The full pass, returning the new trace and a report of what it did.
+
+    ``differentiable`` (used before autodiff) names tensors that carry gradients: a barrier
+    never consumes one of them as a mere ordering witness, because autodiff would treat the
+    barrier's other outputs as depending on it.  Such orderings are left to the fusion-stage
+    pass, after autodiff; ``report.dropped_witnesses`` counts them.
 
     ``remat_guard`` (used at the fusion stage, where fusion executors rematerialize) makes
     sure that the output of every forward write that a fusible bsym reads is also read by a
@@ -476,15 +502,16 @@ def place_barriers(
     new_trace = from_trace(trace)
 
     def place(bsyms: list[BoundSymbol], remat: frozenset[int] = frozenset()) -> tuple[_Placer, list[BoundSymbol]]:
-        placer = _Placer(trace, new_trace, bsyms, executors, comment, previous, remat)
+        placer = _Placer(trace, new_trace, bsyms, executors, comment, previous, remat, frozenset(differentiable))
         return placer, placer.run()
 
     placer, out = place(stripped)
-    dead = dead_inplace_ops(out, placer.inputs)
     dead_bsyms: list[BoundSymbol] = []
-    if dead:
+    # A barrier shared by several groups can keep a write alive only through a write that
+    # is itself dead, so removal repeats until nothing is dead (each round removes >= 1).
+    while dead := dead_inplace_ops(out, placer.inputs):
         dead_origins = {placer.origin[k] for k in dead}
-        dead_bsyms = [stripped[j] for j in sorted(dead_origins)]
+        dead_bsyms += [stripped[j] for j in sorted(dead_origins)]
         stripped = remove_bsyms(trace, stripped, dead_origins)
         placer, out = place(stripped)
     if remat_guard:

@@ -95,10 +95,12 @@ def _cotangent_loss(outputs) -> torch.Tensor | None:
 def execute(fn: Callable, args: Sequence, state: dict) -> Outcome:
     """Call ``fn`` on ``args`` and record outputs, final inputs, state and grads."""
     out = Outcome()
+    # Gradients are compared for the inputs that require grad *before* the call: an in-place
+    # copy from a differentiable tensor gives an input autograd history in eager only.
+    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
     try:
         outputs = fn(*args)
         loss = _cotangent_loss(outputs)
-        leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
         if loss is not None and leaves:
             loss.backward()
         out.outputs = torch.utils._pytree.tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, outputs)

@@ -20,13 +20,13 @@ requiring grad), and ``idx = tensor([1, 0])`` when ``index_copy_`` is used.  Sta
 * ``F.batch_norm(t, rm, rv, training=True)`` on a 2-D tensor (updates ``rm``/``rv``);
 * reductions: ``sum``/``mean`` along a dim.
 
-Reads, writes to inputs and to their views, and dead writes (an intermediate mutated and
-never read again) all come from drawing statements over every live name.  Writes to (views
-of) inputs that require grad, which eager refuses, are drawn in one program out of four.  Shapes are
-tracked so that every statement type-checks; ``view`` is only drawn on contiguous tensors
-and ``copy_`` only between equal shapes.  A bound on magnitudes is tracked per storage so
-that values stay finite (``exp`` only on small values, products capped).  The function
-returns a tuple of one to three names.
+Reads at random points, writes to inputs and to their views, and dead writes (an
+intermediate mutated and never read again) all come from drawing statements over every
+live name.  Writes to (views of) inputs that require grad, which eager refuses, are allowed
+in one program out of four.  Shapes are tracked so that every statement type-checks;
+``view`` is only drawn on contiguous tensors and ``copy_`` only between equal shapes.  A
+bound on magnitudes is tracked per storage so that values stay finite (``exp`` only on
+small values, products capped).  The function returns a tuple of one to three names.
 
 **Verdict rule** (:func:`judge`).  Each program runs through :func:`~thunder_ext.compare.differential`
 with ``thunder.jit``, default executors and ``InplaceBarrierTransform(check=True)``, under
@@ -45,6 +45,10 @@ A crash (any other exception) is a failure, unless plain Thunder (no transform,
 ``consecutive``) crashes with the same exception type in the same grad mode: then the cell
 is *out of scope* (a Thunder limitation, not the transform's).  A program all of whose cells
 are out of scope is rejected by the test.
+
+:func:`soak` judges many programs without stopping at the first failure and groups the
+failures by :meth:`Cell.signature`; :func:`reduce` deletes lines from a failing program
+while it keeps failing the same way (``scripts/soak.py --shrink``).
 """
 
 from __future__ import annotations
@@ -535,6 +539,37 @@ def _violation_kinds(e: BaseException | None) -> str:
     return ", ".join(sorted(set(kinds)))
 
 
+def _eager_stricter(build: Builder, v) -> bool:
+    """The documented exception to the verdict rule (README, "Known limits").
+
+    Eager's autograd refuses a backward when a tensor it saved was modified in place (its
+    version counter moved).  Thunder's decompositions save functional results instead (the
+    output of ``relu`` before ``copy_``), and its batch_norm backward never reads the running
+    stats, so the compiled run differentiates the values as they were before the write.
+    Accepted only for that exact eager error, and only if the forward values (outputs and
+    final inputs, computed by eager without autograd) match; ``tests/test_fuzz_regressions.py``
+    checks the gradients of two such programs against mutation-free references.
+    """
+    if "modified by an inplace operation" not in str(v.eager_error) or v.outcome is None:
+        return False
+    import torch
+
+    from thunder_ext.compare import _clone, execute
+
+    torch.manual_seed(0)
+    fn, args, state = build()
+    with torch.no_grad():
+        forward = execute(fn, [_clone(a) for a in args], state)
+    if forward.error is not None:
+        return False
+    try:
+        torch.testing.assert_close(v.outcome.outputs, forward.outputs)
+        torch.testing.assert_close(v.outcome.inputs, forward.inputs)
+    except AssertionError:
+        return False
+    return True
+
+
 def judge_cell(build: Builder, config: Config, grad: bool, baseline: Callable[[], object]) -> Cell:
     """Classify one run by the verdict rule; ``baseline()`` is plain Thunder's verdict (lazy)."""
     v = differential(build, config)
@@ -552,6 +587,8 @@ def judge_cell(build: Builder, config: Config, grad: bool, baseline: Callable[[]
             return cell("checker", f"{_violation_kinds(error)} on the {stage.group(1) if stage else '?'}")
         return cell("ok")
     if v.status == "wrong":
+        if v.eager_error is not None and _eager_stricter(build, v):
+            return cell("ok", "documented exception: eager's version counter refuses, forward values match")
         return cell("missed-refusal" if v.eager_error is not None else "wrong")
     plain = baseline()
     same = plain.status == "crash" and plain.detail.split(":")[0] == v.detail.split(":")[0]
@@ -681,24 +718,3 @@ def reduce(program: Program, still_fails: Callable[[Program], bool]) -> Program:
                 current, progress = candidate, True
                 break
     return current
-
-
-def shrink(signature: str, *, max_examples: int = 200) -> Program | None:
-    """The smallest program hypothesis finds whose judgement fails with ``signature``."""
-    from hypothesis import HealthCheck, Phase, find, settings
-    from hypothesis.errors import NoSuchExample
-
-    def has_it(p: Program) -> bool:
-        return any(c.signature() == signature for c in judge(p).failures)
-
-    s = settings(
-        max_examples=max_examples,
-        deadline=None,
-        database=None,
-        phases=[Phase.generate, Phase.shrink],
-        suppress_health_check=list(HealthCheck),
-    )
-    try:
-        return find(programs(), has_it, settings=s)
-    except NoSuchExample:
-        return None

@@ -45,6 +45,38 @@ def differentiable_names(trace: TraceCtx) -> set[str]:
     return names
 
 
+def _refuse_returned_input_with_new_history(trace: TraceCtx, diff: set[str]) -> None:
+    """Refuse returning an input that does not require grad after writing a differentiable value into it.
+
+    Thunder hands such an output back as the input tensor itself, which has no autograd
+    history, so eager's gradient (through the write) would silently be lost.
+    """
+    from thunder_ext.alias_analysis import input_names, storage_groups
+    from thunder_ext.op_kinds import is_return
+
+    ret = trace.bound_symbols[-1] if trace.bound_symbols else None
+    if ret is None or not is_return(ret) or not ret.args or not isinstance(ret.args[0], dict):
+        return
+    info = storage_groups(trace.bound_symbols, input_names(trace))
+    plain_inputs = {
+        info.group_of(a): a for a in trace.args if isinstance(a, TensorProxy) and not a.requires_grad
+    }
+    from thunder.core.pytree import tree_flatten
+
+    for out in tree_flatten(ret.args[0].get("output"))[0]:
+        if isinstance(out, TensorProxy) and out.name in diff and info.group_of(out) in plain_inputs:
+            writer = next(
+                (b for b in trace.bound_symbols if any(p.name == out.name for p in b.flat_proxy_outs)), ret
+            )
+            raise ViewGradientError(
+                f"the output `{out.name}` is the input `{plain_inputs[info.group_of(out)].name}` (which does not "
+                "require grad) after an in-place write of a value that does; Thunder returns the input tensor "
+                "itself, without the gradient history eager gives it. Return a clone, or make the input require grad",
+                writer,
+                ret,
+            )
+
+
 class InplaceBarrierTransform(thunder.Transform):
     """Order every access to mutated storage by data edges, and remove dead in-place ops."""
 
@@ -57,8 +89,8 @@ class InplaceBarrierTransform(thunder.Transform):
 
     def transform_traces_pre_prologue(self, prologue_trace, computation_trace, epilogue_trace, **kwargs):
         install_barrier_stage(check=self.check, comment=self.comment)
-        new, report = place_barriers(computation_trace, comment=self.comment)
         diff = differentiable_names(computation_trace)
+        new, report = place_barriers(computation_trace, comment=self.comment, differentiable=frozenset(diff))
         if diff:
             for ar in report.alias_reads:
                 involved = (ar.proxy, ar.written, *ar.write.flat_proxy_args)
@@ -71,7 +103,11 @@ class InplaceBarrierTransform(thunder.Transform):
                         ar.write,
                         ar.read,
                     )
-        if self.check:
+        if diff:
+            _refuse_returned_input_with_new_history(new, diff)
+        if self.check and not report.dropped_witnesses:
+            # With dropped witnesses the order is only complete after the fusion-stage pass,
+            # which is checked there.
             from thunder_ext.checker import assert_valid
 
             assert_valid(new, stage="before autodiff")

@@ -1,0 +1,355 @@
+"""Benchmark InplaceBarrierTransform against plain Thunder, measured in the same run.
+
+    .venv/bin/python scripts/bench.py                      # N in 100 200 400
+    .venv/bin/python scripts/bench.py --n 50 100 --json out.json
+    .venv/bin/python scripts/bench.py --skip-gallery       # only the timing loop
+
+Three markdown tables, each with ratios against plain Thunder from this very run:
+
+(a) gallery: barriers in the final forward (+ backward) trace of every gallery program,
+    ``fusion_type="dataflow"``, default executors, ``thunder.jit``; and fusion regions
+    (top-level bsyms with ``sym.is_fusion``) with ``executors=[torch_compile_ex]``.
+    ``-`` where a run produced no final trace (it crashed or was refused).
+(b) compile time on ``y = x.exp(); acc = x * 0; for _ in range(N): y.add_(1); acc = acc + y``:
+    the transform's own time (sum of ``report.seconds`` over ``last_reports``, before autodiff
+    and at the fusion stage) and the wall-clock first call with the transform, both against
+    the wall-clock first call of plain ``thunder.jit``.  The transform runs with
+    ``check=False`` (the checker is a debugging aid, not part of the pass).
+(c) scaling: the transform's time per bound symbol against the length of the trace it saw.
+
+Timings are single first calls on whatever machine runs this; compare ratios, not seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import platform
+import sys
+import time
+import warnings
+
+warnings.filterwarnings("ignore", message="transformer_engine module not found")
+
+import torch  # noqa: E402
+
+
+def _ratio(a, b) -> str:
+    if a is None or b is None or isinstance(a, str) or isinstance(b, str):
+        return "-"
+    if b == 0:
+        return "-" if a == 0 else "inf"
+    return f"{a / b:.2f}"
+
+
+def _cell(x) -> str:
+    return "-" if x is None else str(x)
+
+
+def markdown(header: list[str], rows: list[list]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+# -- (a) gallery -----------------------------------------------------------------------------
+
+
+def _trace_counts(verdict) -> dict | None:
+    from thunder_ext.integration import barrier_count, final_traces
+
+    if verdict.outcome is None or verdict.outcome.compiled is None or verdict.status not in ("correct", "wrong"):
+        return None
+    traces = final_traces(verdict.outcome.compiled)
+    if not traces:
+        return None
+
+    def fusions(t):
+        return sum(1 for b in t.bound_symbols if b.sym.is_fusion)
+
+    return {
+        "barriers_fw": sum(barrier_count(fw) for fw, _ in traces),
+        "barriers_bw": sum(barrier_count(bw) for _, bw in traces if bw is not None),
+        "fusions_fw": sum(fusions(fw) for fw, _ in traces),
+        "fusions_bw": sum(fusions(bw) for _, bw in traces if bw is not None),
+        "has_bw": any(bw is not None for _, bw in traces),
+    }
+
+
+def bench_gallery() -> list[dict]:
+    from thunder_ext.compare import Config, differential
+    from thunder_ext.gallery import PROGRAMS
+
+    rows = []
+    for prog in PROGRAMS:
+        row: dict = {"program": prog.name}
+        for executors in ("default", "torch_compile"):
+            for label, transform in (("plain", False), ("transform", True)):
+                cfg = Config(transform=transform, fusion_type="dataflow", executors=executors, check=False)
+                v = differential(prog.build, cfg)
+                key = f"{label}_{executors}"
+                row[f"{key}_status"] = v.status
+                row[key] = _trace_counts(v)
+        rows.append(row)
+    return rows
+
+
+def _get(row, key, field):
+    c = row.get(key)
+    return None if c is None else c[field]
+
+
+def _sum_fw_bw(row, key, what):
+    c = row.get(key)
+    if c is None:
+        return None
+    return c[f"{what}_fw"] + c[f"{what}_bw"]
+
+
+def gallery_table(rows: list[dict]) -> str:
+    header = [
+        "program",
+        "plain / transform (dataflow, default)",
+        "barriers fw plain", "barriers fw transform", "ratio fw",
+        "barriers bw plain", "barriers bw transform", "ratio fw+bw",
+        "fusions plain (torch_compile_ex)", "fusions transform", "ratio fusions",
+    ]
+    body = []
+    for r in rows:
+        pd, td = "plain_default", "transform_default"
+        pc, tc = "plain_torch_compile", "transform_torch_compile"
+        bw_p = _get(r, pd, "barriers_bw") if (r.get(pd) or {}).get("has_bw") else None
+        bw_t = _get(r, td, "barriers_bw") if (r.get(td) or {}).get("has_bw") else None
+        body.append([
+            r["program"],
+            f"{r[pd + '_status']} / {r[td + '_status']}",
+            _cell(_get(r, pd, "barriers_fw")), _cell(_get(r, td, "barriers_fw")),
+            _ratio(_get(r, td, "barriers_fw"), _get(r, pd, "barriers_fw")),
+            _cell(bw_p), _cell(bw_t),
+            _ratio(_sum_fw_bw(r, td, "barriers"), _sum_fw_bw(r, pd, "barriers")),
+            _cell(_sum_fw_bw(r, pc, "fusions")), _cell(_sum_fw_bw(r, tc, "fusions")),
+            _ratio(_sum_fw_bw(r, tc, "fusions"), _sum_fw_bw(r, pc, "fusions")),
+        ])
+    both = [r for r in rows if r.get("plain_default") and r.get("transform_default")]
+    tot_p = sum(_sum_fw_bw(r, "plain_default", "barriers") for r in both)
+    tot_t = sum(_sum_fw_bw(r, "transform_default", "barriers") for r in both)
+    fboth = [r for r in rows if r.get("plain_torch_compile") and r.get("transform_torch_compile")]
+    fus_p = sum(_sum_fw_bw(r, "plain_torch_compile", "fusions") for r in fboth)
+    fus_t = sum(_sum_fw_bw(r, "transform_torch_compile", "fusions") for r in fboth)
+    body.append([
+        f"**total** (programs where both ran: {len(both)} / {len(fboth)})", "",
+        "", "", "", "", "", f"{tot_p} -> {tot_t}: {_ratio(tot_t, tot_p)}",
+        fus_p, fus_t, _ratio(fus_t, fus_p),
+    ])
+    return markdown(header, body)
+
+
+# -- (b) and (c) the loop --------------------------------------------------------------------
+
+
+def make_loop(n: int):
+    def loop(x):
+        y = x.exp()
+        acc = x * 0
+        for _ in range(n):
+            y.add_(1)
+            acc = acc + y
+        return acc
+
+    return loop
+
+
+def _barrier_trace_len(jfn) -> int | None:
+    """Bound symbols of the trace the before-autodiff pass produced (from Thunder's history)."""
+    import thunder
+
+    for t in thunder.last_traces(jfn):
+        prov = t.get_provenance()
+        if prov is not None and "thunder_ext barriers" in str(prov):
+            return len(t.bound_symbols)
+    return None
+
+
+def bench_loop(n: int, repeat: int = 1) -> dict:
+    """The loop at size ``n``; with ``repeat`` > 1, every time is the minimum over repeats."""
+    runs = [_bench_loop_once(n) for _ in range(repeat)]
+    best = dict(runs[0])
+    for key in ("plain_first_call_s", "transform_first_call_s", "transform_own_s"):
+        best[key] = min(r[key] for r in runs)
+    own = min(runs, key=lambda r: r["transform_own_s"])
+    best["transform_before_autodiff_s"] = own["transform_before_autodiff_s"]
+    best["transform_fusion_stage_s"] = own["transform_fusion_stage_s"]
+    best["repeats"] = repeat
+    return best
+
+
+def _bench_loop_once(n: int) -> dict:
+    import thunder
+
+    from thunder_ext import InplaceBarrierTransform, last_reports
+
+    fn = make_loop(n)
+    x = torch.randn(4, 3)
+    expected = fn(x.clone())
+
+    plain = thunder.jit(fn, fusion_type="dataflow")
+    gc.collect()
+    t0 = time.perf_counter()
+    got_plain = plain(x.clone())
+    plain_s = time.perf_counter() - t0
+
+    jfn = thunder.jit(fn, transforms=[InplaceBarrierTransform(check=False)], fusion_type="dataflow")
+    gc.collect()
+    t0 = time.perf_counter()
+    got_t = jfn(x.clone())
+    transform_total_s = time.perf_counter() - t0
+
+    reps = last_reports(jfn)
+    before = sum(r.before_autodiff.seconds for r in reps if r.before_autodiff is not None)
+    fusion = sum(r.fusion_stage.seconds for r in reps if r.fusion_stage is not None)
+    fusion_len = sum(len(r.fusion_stage_trace.bound_symbols) for r in reps if r.fusion_stage_trace is not None)
+    before_len = _barrier_trace_len(jfn)
+    barriers = sum(len(r.before_autodiff.barriers) if r.before_autodiff else 0 for r in reps)
+    return {
+        "n": n,
+        "plain_first_call_s": plain_s,
+        "transform_first_call_s": transform_total_s,
+        "transform_own_s": before + fusion,
+        "transform_before_autodiff_s": before,
+        "transform_fusion_stage_s": fusion,
+        "before_autodiff_bsyms": before_len,
+        "fusion_stage_bsyms": fusion_len,
+        "barriers_placed_before_autodiff": barriers,
+        "plain_matches_eager": bool(torch.allclose(got_plain, expected)),
+        "transform_matches_eager": bool(torch.allclose(got_t, expected)),
+    }
+
+
+def loop_table(rows: list[dict]) -> str:
+    header = [
+        "N", "plain first call (s)", "transform first call (s)", "ratio total",
+        "transform own (s)", "own / plain", "own: before autodiff + fusion stage (s)", "matches eager (plain / transform)",
+    ]
+    body = [
+        [
+            r["n"], f"{r['plain_first_call_s']:.2f}", f"{r['transform_first_call_s']:.2f}",
+            _ratio(r["transform_first_call_s"], r["plain_first_call_s"]),
+            f"{r['transform_own_s']:.3f}", _ratio(r["transform_own_s"], r["plain_first_call_s"]),
+            f"{r['transform_before_autodiff_s']:.3f} + {r['transform_fusion_stage_s']:.3f}",
+            f"{r['plain_matches_eager']} / {r['transform_matches_eager']}",
+        ]
+        for r in rows
+    ]
+    return markdown(header, body)
+
+
+def _exponent(rows, key_t, key_n):
+    """Log-log slope between consecutive sizes: 1 is linear, 2 quadratic."""
+    out = [None]
+    for a, b in zip(rows, rows[1:]):
+        ta, tb, na, nb = a[key_t], b[key_t], a[key_n], b[key_n]
+        if not (ta and tb and na and nb) or na == nb:
+            out.append(None)
+        else:
+            out.append(math.log(tb / ta) / math.log(nb / na))
+    return out
+
+
+def scaling_table(rows: list[dict]) -> str:
+    for r in rows:
+        r["us_per_bsym_before_autodiff"] = (
+            1e6 * r["transform_before_autodiff_s"] / r["before_autodiff_bsyms"] if r["before_autodiff_bsyms"] else None
+        )
+        r["us_per_bsym_fusion_stage"] = (
+            1e6 * r["transform_fusion_stage_s"] / r["fusion_stage_bsyms"] if r["fusion_stage_bsyms"] else None
+        )
+    exp_b = _exponent(rows, "transform_before_autodiff_s", "before_autodiff_bsyms")
+    exp_f = _exponent(rows, "transform_fusion_stage_s", "fusion_stage_bsyms")
+    exp_p = _exponent(rows, "plain_first_call_s", "n")
+    header = [
+        "N", "bsyms before autodiff", "us/bsym", "growth exponent",
+        "bsyms at fusion stage", "us/bsym", "growth exponent", "plain thunder growth exponent (vs N)",
+    ]
+
+    def f(x, fmt):
+        return "-" if x is None else format(x, fmt)
+
+    body = [
+        [
+            r["n"], _cell(r["before_autodiff_bsyms"]), f(r["us_per_bsym_before_autodiff"], ".1f"), f(eb, ".2f"),
+            _cell(r["fusion_stage_bsyms"]), f(r["us_per_bsym_fusion_stage"], ".1f"), f(ef, ".2f"), f(ep, ".2f"),
+        ]
+        for r, eb, ef, ep in zip(rows, exp_b, exp_f, exp_p)
+    ]
+    for r, eb, ef, ep in zip(rows, exp_b, exp_f, exp_p):
+        r["growth_exponent_before_autodiff"], r["growth_exponent_fusion_stage"], r["growth_exponent_plain"] = eb, ef, ep
+    return markdown(header, body)
+
+
+def warm_up() -> None:
+    """One tiny compilation of each kind, so that the first timed N pays no import costs."""
+    import thunder
+
+    from thunder_ext import InplaceBarrierTransform
+
+    fn = make_loop(2)
+    thunder.jit(fn, fusion_type="dataflow")(torch.randn(2))
+    thunder.jit(fn, transforms=[InplaceBarrierTransform()], fusion_type="dataflow")(torch.randn(2))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, nargs="+", default=[100, 200, 400], help="loop sizes (default 100 200 400)")
+    parser.add_argument("--repeat", type=int, default=1, help="time each N this many times, keep the minimum")
+    parser.add_argument("--json", metavar="PATH", help="also write every number to PATH as JSON")
+    parser.add_argument("--skip-gallery", action="store_true", help="skip (a), the gallery counts")
+    ns = parser.parse_args(argv)
+
+    import thunder
+
+    result: dict = {
+        "env": {
+            "python": sys.version.split()[0],
+            "torch": torch.__version__,
+            "thunder": getattr(thunder, "__version__", "?"),
+            "platform": platform.platform(),
+            "cuda": torch.cuda.is_available(),
+        }
+    }
+    print(f"# thunder-ext bench (torch {torch.__version__}, thunder {result['env']['thunder']}, "
+          f"{platform.machine()}, {'CUDA' if torch.cuda.is_available() else 'CPU only'})\n")
+
+    if not ns.skip_gallery:
+        t0 = time.perf_counter()
+        rows = bench_gallery()
+        result["gallery"] = rows
+        print("## (a) barriers and fusion regions per gallery program (dataflow fusion, thunder.jit)\n")
+        print("ratio = transform / plain. Barriers: default executors. Fusions: executors=[torch_compile_ex].\n")
+        print(gallery_table(rows))
+        print(f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
+
+    warm_up()
+    loops = []
+    for n in ns.n:
+        r = bench_loop(n, ns.repeat)
+        loops.append(r)
+        print(f"  N={n}: plain {r['plain_first_call_s']:.2f} s, transform {r['transform_first_call_s']:.2f} s "
+              f"(own {r['transform_own_s']:.3f} s)", file=sys.stderr, flush=True)
+    print("## (b) first-call time on the in-place loop (dataflow fusion, default executors)\n")
+    print(loop_table(loops))
+    print("\n## (c) scaling of the transform's own time with trace length\n")
+    print(scaling_table(loops))
+    result["loop"] = loops
+
+    if ns.json:
+        with open(ns.json, "w") as f:
+            json.dump(result, f, indent=2, default=str)
+        print(f"\nwrote {ns.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

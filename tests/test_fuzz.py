@@ -1,0 +1,48 @@
+"""Property-based differential testing: random in-place programs, compiled vs eager.
+
+The generator and the verdict rule live in :mod:`thunder_ext.fuzzing` (see its docstring).
+The CI profile (tests/conftest.py) runs a fixed, derandomized budget
+(``THUNDER_EXT_FUZZ_EXAMPLES``, default 40).  The soak:
+
+    THUNDER_EXT_HYPOTHESIS_PROFILE=soak THUNDER_EXT_FUZZ_EXAMPLES=300 pytest tests/test_fuzz.py
+
+or ``python scripts/soak.py``, which keeps going past failures and groups them (the
+``slow`` test below runs it too, under the soak profile only).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+
+from hypothesis import event, given, note, reject  # noqa: E402
+
+from thunder_ext.fuzzing import Program, judge, programs  # noqa: E402
+
+
+@given(program=programs())
+def test_compiled_matches_eager(program: Program) -> None:
+    j = judge(program)
+    for cell in j.cells:
+        event(f"{cell.label()}: {cell.status} -> {cell.verdict}")
+        note(str(cell))
+    if j.out_of_scope:
+        reject()
+    j.raise_first_failure()
+
+
+SOAK = os.environ.get("THUNDER_EXT_HYPOTHESIS_PROFILE") == "soak"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SOAK, reason="the soak runs with THUNDER_EXT_HYPOTHESIS_PROFILE=soak only")
+def test_soak_collects_every_failure() -> None:
+    """The soak runner: keeps going past failures, and reports every distinct one."""
+    from thunder_ext.fuzzing import soak
+
+    result = soak(int(os.environ.get("THUNDER_EXT_FUZZ_EXAMPLES", "300")))
+    report = [f"{sig}\n{result.smallest(sig)}" for sig in result.failures]
+    assert not report, f"{result.failed_programs} of {result.ran} programs failed:\n" + "\n".join(report)
