@@ -89,11 +89,12 @@ class BarrierReport:
     seconds: float = 0.0
 
 
-def strip_barriers(bsyms: Sequence[BoundSymbol]) -> tuple[list[BoundSymbol], dict]:
+def strip_barriers(bsyms: Sequence[BoundSymbol]) -> tuple[list[BoundSymbol], dict, dict[str, str]]:
     """Drop every barrier, renaming its outputs back to its (resolved) inputs.
 
     Also returns the dropped barriers' outputs keyed by their resolved input names, so that
-    a barrier placed again over the same inputs reuses the same proxies (stability).
+    a barrier placed again over the same inputs reuses the same proxies (stability), and the
+    resolution itself (barrier output name -> stripped name).
     """
     swap: dict = {}
     out: list[BoundSymbol] = []
@@ -107,7 +108,7 @@ def strip_barriers(bsyms: Sequence[BoundSymbol]) -> tuple[list[BoundSymbol], dic
             dropped.setdefault(tuple(i.name for i in ins), []).append(tuple(outs))
             continue
         out.append(bsym.from_bsym_swap_proxies(swap) if swap else bsym)
-    return out, dropped
+    return out, dropped, {k.proxy.name: v.name for k, v in swap.items()}
 
 
 def _barrier_symbol(executors: Sequence[Executor] | None):
@@ -144,6 +145,7 @@ class _Placer:
         previous: dict,
         remat_writes: frozenset[int] = frozenset(),
         differentiable: frozenset[str] = frozenset(),
+        resolved: dict[str, str] | None = None,
     ):
         self.trace, self.new_trace, self.bsyms = trace, new_trace, bsyms
         self.previous = {k: list(v) for k, v in previous.items()}
@@ -155,6 +157,7 @@ class _Placer:
         self.report = BarrierReport()
         self.remat_writes = remat_writes  # stripped indices of writes to guard (see place_barriers)
         self.differentiable = differentiable  # witnesses never to use (see place_barriers)
+        self.resolved = resolved or {}  # reused barrier output name -> stripped name
         self.origin: list[int] = []  # output position -> stripped index (-1 for a barrier)
 
     def run(self) -> list[BoundSymbol]:
@@ -202,7 +205,9 @@ class _Placer:
 
         def emit(rename: dict, witnesses: list, reasons: list, before: BoundSymbol) -> BoundSymbol | None:
             """Add one barrier over ``rename`` (current name -> (version, cause)) and ``witnesses``."""
-            kept = [w for w in witnesses if w.name not in self.differentiable]
+            # A write's own output is a member of the written group: renaming it through the
+            # barrier is honest about the data flow, so only foreign witnesses are dropped.
+            kept = [w for w in witnesses if w.name not in self.differentiable or info.group_of(w) in mutated]
             self.report.dropped_witnesses += len(witnesses) - len(kept)
             witnesses = kept
             if not rename and not witnesses:
@@ -432,7 +437,7 @@ class _Placer:
                 seen.add(w.name)
                 extra.append(w)
         ins = tuple(members) + tuple(extra)
-        reuse = self.previous.get(tuple(p.name for p in ins))
+        reuse = self.previous.get(tuple(self.resolved.get(p.name, p.name) for p in ins))
         if reuse:
             outs = reuse.pop(0)
         else:
@@ -497,12 +502,14 @@ def place_barriers(
     from thunder_ext.dead_writes import dead_inplace_ops, remove_bsyms
 
     start = time.perf_counter()
-    stripped, previous = strip_barriers(trace.bound_symbols)
+    stripped, previous, resolved = strip_barriers(trace.bound_symbols)
     nstripped = sum(len(v) for v in previous.values())
     new_trace = from_trace(trace)
 
-    def place(bsyms: list[BoundSymbol], remat: frozenset[int] = frozenset()) -> tuple[_Placer, list[BoundSymbol]]:
-        placer = _Placer(trace, new_trace, bsyms, executors, comment, previous, remat, frozenset(differentiable))
+    def place(
+        bsyms: list[BoundSymbol], remat: frozenset[int] = frozenset(), diff: frozenset[str] = frozenset()
+    ) -> tuple[_Placer, list[BoundSymbol]]:
+        placer = _Placer(trace, new_trace, bsyms, executors, comment, previous, remat, diff, resolved)
         return placer, placer.run()
 
     placer, out = place(stripped)
@@ -514,8 +521,8 @@ def place_barriers(
         dead_bsyms += [stripped[j] for j in sorted(dead_origins)]
         stripped = remove_bsyms(trace, stripped, dead_origins)
         placer, out = place(stripped)
+    remat: frozenset[int] = frozenset()
     if remat_guard:
-        remat: frozenset[int] = frozenset()
         # Guard barriers only add readers that pin writes, so this converges; bound it anyway.
         for _ in range(4):
             need = unguarded_writes(out, placer.origin, placer.info.effects) - remat
@@ -523,6 +530,9 @@ def place_barriers(
                 break
             remat = remat | need
             placer, out = place(stripped, remat)
+    if differentiable:
+        # Liveness above was judged with every witness; only the final placement drops them.
+        placer, out = place(stripped, remat, frozenset(differentiable))
     report = placer.report
     report.dead_writes = dead_bsyms
     report.stripped = nstripped

@@ -1,0 +1,391 @@
+"""Trace-level checks of the barrier pass and of the transform.
+
+Unless a test says otherwise it compiles with ``thunder.jit``, the default executors and
+``fusion_type="dataflow"``.  Expectations on plain Thunder are measured here, not copied
+from the package, so that every "ours is better" claim is a comparison that can fail.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import pytest
+import thunder
+import torch
+
+from thunder_ext import (
+    InplaceBarrierTransform,
+    SavedTensorMutationError,
+    ViewGradientError,
+    final_traces,
+    fusion_stage_traces,
+    insert_barriers,
+    last_reports,
+    verify,
+)
+from thunder_ext.compare import Config, differential, execute
+from thunder_ext.gallery import PROGRAMS, Program, by_name
+from thunder_ext.integration import barrier_count
+from thunder_ext.op_kinds import is_copy, is_return
+
+JIT_DATAFLOW = Config(transform=True, fusion_type="dataflow", executors="default", entry="jit", check=False)
+NOT_REFUSED = [p for p in PROGRAMS if not p.refused]
+PLAIN_FAILS = [p for p in PROGRAMS if p.plain_fails]
+
+
+def _ids(p: Program) -> str:
+    return p.name
+
+
+def _jit(fn, *, transform: bool, **kwargs):
+    transforms = [InplaceBarrierTransform()] if transform else []
+    return thunder.jit(fn, transforms=transforms, fusion_type="dataflow", **kwargs)
+
+
+def _run(jfn, args):
+    """Call ``jfn``; the traces stay inspectable even when the call fails (plain Thunder crashes)."""
+    try:
+        return jfn(*args), None
+    except Exception as e:
+        return None, e
+
+
+def _fmt(violations) -> str:
+    return "\n".join(str(v) for v in violations)
+
+
+def _assert_matches_eager(fn, build_args, compiled) -> None:
+    """Outputs, final input state and grads of ``compiled`` equal eager's, as :func:`differential` compares."""
+    torch.manual_seed(0)
+    expected = execute(fn, build_args(), {})
+    torch.manual_seed(0)
+    got = execute(compiled, build_args(), {})
+    assert expected.error is None, expected.error
+    assert got.error is None, got.error
+    torch.testing.assert_close(got.outputs, expected.outputs)
+    torch.testing.assert_close(got.inputs, expected.inputs)
+    torch.testing.assert_close(got.grads, expected.grads)
+
+
+# -- the transform's traces are valid ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("prog", NOT_REFUSED, ids=_ids)
+def test_transform_traces_verify_clean(prog: Program):
+    """With the transform, the final forward/backward and fusion-stage traces have no violation, return last."""
+    verdict = differential(prog.build, JIT_DATAFLOW)
+    assert verdict.status == "correct", verdict.detail
+    compiled = verdict.outcome.compiled
+    traces = final_traces(compiled)
+    assert traces
+    for fw, bw in traces:
+        for t in (fw, bw) if bw is not None else (fw,):
+            assert verify(t) == [], _fmt(verify(t))
+            assert is_return(t.bound_symbols[-1])
+    stage = fusion_stage_traces(compiled)
+    assert stage, "the fusion-stage barrier pass did not run"
+    for t in stage:
+        assert verify(t) == [], _fmt(verify(t))
+        assert is_return(t.bound_symbols[-1])
+
+
+# -- plain Thunder's traces are not ------------------------------------------------------------
+
+
+def _plain_final_trace(prog: Program):
+    torch.manual_seed(0)
+    fn, args, _ = prog.build()
+    jfn = _jit(fn, transform=False)
+    _run(jfn, args)
+    return thunder.last_traces(jfn)[-1]
+
+
+@pytest.mark.parametrize("prog", PLAIN_FAILS, ids=_ids)
+def test_plain_thunder_traces_have_violations(prog: Program):
+    """The checker flags plain Thunder's final trace for every program plain Thunder gets wrong."""
+    assert verify(_plain_final_trace(prog)) != []
+
+
+def test_plain_dead_intermediate_has_dead_write():
+    """Plain Thunder keeps the dead write of dead_intermediate, and moves the return before it."""
+    kinds = {v.kind for v in verify(_plain_final_trace(by_name("dead_intermediate")))}
+    assert "dead-write" in kinds
+    assert "return-not-last" in kinds
+
+
+def test_plain_war_long_chain_is_unordered():
+    """Plain Thunder leaves the write to x unordered against its reader in war_long_chain."""
+    kinds = {v.kind for v in verify(_plain_final_trace(by_name("war_long_chain")))}
+    assert kinds & {"WAR", "RAW"}
+
+
+def test_plain_batch_norm_running_mean_is_unordered():
+    """Plain Thunder leaves batch_norm's running-mean update unordered against a read of rm."""
+    violations = verify(_plain_final_trace(by_name("batch_norm_running_stats")))
+    on_rm = [
+        v
+        for v in violations
+        if v.kind in ("RAW", "WAR")
+        and any(p.name == "rm" for b in (v.first, v.second) if b is not None for p in b.flat_proxy_args)
+    ]
+    assert on_rm, _fmt(violations)
+
+
+# -- stability ---------------------------------------------------------------------------------
+
+
+def _pre_autodiff_trace(prog: Program, **jit_kwargs):
+    """The computation trace plain Thunder hands to the transforms (the one before the first DCE)."""
+    torch.manual_seed(0)
+    fn, args, _ = prog.build()
+    jfn = thunder.jit(fn, fusion_type="dataflow", **jit_kwargs)
+    _run(jfn, args)
+    traces = thunder.last_traces(jfn)
+    first_dce = next(i for i, t in enumerate(traces) if "Dead Code Elimination" in str(t.get_provenance()))
+    return traces[first_dce - 1]
+
+
+def _bsym_strs(trace) -> list[str]:
+    return [str(b) for b in trace.bound_symbols]
+
+
+def _sym_names(trace) -> list[str]:
+    # The lookaside names an autograd.Function's symbol after an object id, which differs per jit.
+    return [re.sub(r"_\d{6,}_", "_<id>_", b.sym.name) for b in trace.bound_symbols]
+
+
+
+@pytest.mark.parametrize(
+    "prog",
+    [
+        p
+        for p in PROGRAMS
+    ],
+    ids=_ids,
+)
+def test_insert_barriers_is_idempotent(prog: Program):
+    """Applying the pass to its own output changes no bound symbol."""
+    once = insert_barriers(_pre_autodiff_trace(prog))
+    assert _bsym_strs(insert_barriers(once)) == _bsym_strs(once)
+
+
+@pytest.mark.parametrize("prog", PROGRAMS, ids=_ids)
+def test_insert_barriers_does_not_stack_on_thunder_barriers(prog: Program):
+    """The pass gives the same barriers on Thunder's barriered trace as on the unbarriered one."""
+    unbarriered = _pre_autodiff_trace(prog, skip_inplace_alias_updates=True)
+    barriered = _pre_autodiff_trace(prog)
+    assert _sym_names(insert_barriers(barriered)) == _sym_names(insert_barriers(unbarriered))
+
+
+def test_thunder_barriered_trace_differs_from_unbarriered():
+    """The stacking test above compares different inputs: Thunder's pass did add barriers."""
+    prog = by_name("tanh_four_reads")
+    unbarriered = _pre_autodiff_trace(prog, skip_inplace_alias_updates=True)
+    barriered = _pre_autodiff_trace(prog)
+    assert _sym_names(barriered).count("update_aliases") >= 1
+    assert _sym_names(unbarriered).count("update_aliases") == 0
+
+
+@pytest.mark.parametrize("prog", PROGRAMS, ids=_ids)
+def test_insert_barriers_leaves_input_untouched(prog: Program):
+    """insert_barriers returns a new trace and never edits the one it was given."""
+    trace = _pre_autodiff_trace(prog)
+    before = str(trace)
+    insert_barriers(trace)
+    assert str(trace) == before
+
+
+# -- economy -----------------------------------------------------------------------------------
+
+
+def _final_forward_barriers(prog_or_fn, args=None, *, transform: bool) -> int:
+    if isinstance(prog_or_fn, Program):
+        torch.manual_seed(0)
+        fn, args, _ = prog_or_fn.build()
+    else:
+        fn = prog_or_fn
+    jfn = _jit(fn, transform=transform)
+    _, err = _run(jfn, args)
+    assert err is None, err
+    return barrier_count(thunder.last_traces(jfn)[-1])
+
+
+def test_tanh_four_reads_barriers():
+    """tanh_four_reads keeps at most one barrier where plain Thunder keeps one per read (four)."""
+    prog = by_name("tanh_four_reads")
+    plain = _final_forward_barriers(prog, transform=False)
+    ours = _final_forward_barriers(prog, transform=True)
+    assert plain >= 4
+    assert ours <= 1
+
+
+def test_loop_keeps_fewer_barriers_than_plain():
+    """loop_inplace keeps fewer barriers than plain Thunder."""
+    prog = by_name("loop_inplace")
+    assert _final_forward_barriers(prog, transform=True) < _final_forward_barriers(prog, transform=False)
+
+
+def _tanh_then_mul(x, w):
+    y = x * 2
+    y.tanh_()
+    return y * w
+
+
+def test_backward_without_inplace_has_no_barrier():
+    """A backward that contains no in-place op contains no barrier, and the gradients match eager."""
+
+    def args():
+        return torch.randn(4, 3), torch.randn(4, 3, requires_grad=True)
+
+    jfn = _jit(_tanh_then_mul, transform=True)
+    _assert_matches_eager(_tanh_then_mul, args, jfn)
+    bw = thunder.last_backward_traces(jfn)[-1]
+    assert not any(is_copy(b) for b in bw.bound_symbols)
+    assert barrier_count(bw) == 0
+
+
+# -- dead writes under grad --------------------------------------------------------------------
+
+
+def _dead_intermediate_grad(x, w):
+    y = x * 2
+    y.mul_(3)  # dead
+    return x.sin() * w
+
+
+def _dead_grad_args():
+    return torch.randn(4, 3), torch.randn(4, 3, requires_grad=True)
+
+
+def test_dead_write_removed_with_grad():
+    """With grad, the dead in-place op is removed rather than moved into the backward (where plain puts it)."""
+    plain = _jit(_dead_intermediate_grad, transform=False)
+    _run(plain, _dead_grad_args())
+    plain_bw = thunder.last_backward_traces(plain)[-1]
+    assert any(is_copy(b) for b in plain_bw.bound_symbols), "plain Thunder no longer moves the dead write"
+
+    jfn = _jit(_dead_intermediate_grad, transform=True)
+    _assert_matches_eager(_dead_intermediate_grad, _dead_grad_args, jfn)
+    (fw, bw), = final_traces(jfn)
+    for t in (fw, bw):
+        assert not any(is_copy(b) for b in t.bound_symbols), str(t)
+        assert verify(t) == [], _fmt(verify(t))
+    removed = sum(len(r.before_autodiff.dead_writes) for r in last_reports(jfn) if r.before_autodiff)
+    assert removed >= 1
+
+
+# -- ThunderFX ---------------------------------------------------------------------------------
+
+
+def test_thunder_compiler_backend():
+    """InplaceBarrierTransform through torch.compile(backend=ThunderCompiler(...)) matches eager on war_long_chain."""
+    from thunder.dynamo import ThunderCompiler
+
+    prog = by_name("war_long_chain")
+    assert prog.plain_fails
+
+    def build_args():
+        return prog.build()[1]
+
+    torch._dynamo.reset()
+    backend = ThunderCompiler(transforms=[InplaceBarrierTransform(check=True)])
+    compiled = torch.compile(prog.build()[0], backend=backend)
+    _assert_matches_eager(prog.build()[0], build_args, compiled)
+    assert backend.subgraph_infos, "nothing went through Thunder"
+    for info in backend.subgraph_infos:
+        for fn in info.thunder_compiled_fns:
+            assert verify(thunder.last_traces(fn)[-1]) == []
+
+
+def _two_sections(x, w):
+    y = x * 2
+    y.mul_(3)  # dead in the first subgraph
+    a = x * w.sin().cos().tanh()
+    x.add_(1)  # WAR on x
+    torch._dynamo.graph_break()
+    b = x * w.cos().sin().tanh()
+    x.mul_(2)  # WAR on x again, in the second subgraph
+    return a, b
+
+
+def test_thunderfx_graph_break_shares_one_transform():
+    """One transform instance, shared by ThunderFX across two subgraphs, keeps both correct and valid."""
+    from thunder.dynamo import thunderfx
+
+    def args():
+        return torch.randn(4, 3), torch.randn(4, 3)
+
+    torch._dynamo.reset()
+    transform = InplaceBarrierTransform(check=True)
+    compiled = thunderfx(_two_sections, transforms=[transform])
+    _assert_matches_eager(_two_sections, args, compiled)
+    traces = final_traces(compiled)
+    assert len(traces) >= 2
+    for fw, _ in traces:
+        assert verify(fw) == [], _fmt(verify(fw))
+    assert len(fusion_stage_traces(compiled)) == len(traces)
+
+
+# -- clear errors ------------------------------------------------------------------------------
+
+
+def _grad_through_view(x):
+    y = x * 2
+    v = y[0]
+    y.mul_(3)  # MARK: view-write
+    return v
+
+
+def _write_saved(x):
+    y = x * 2
+    s = y.sin()
+    y.mul_(3)  # MARK: saved-write
+    return s, y
+
+
+def _line_of(fn, marker: str) -> int:
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if marker in line)
+
+
+@pytest.mark.parametrize(
+    "fn, marker, error",
+    [
+        (_grad_through_view, "MARK: view-write", ViewGradientError),
+        (_write_saved, "MARK: saved-write", SavedTensorMutationError),
+    ],
+    ids=["view-gradient", "saved-tensor"],
+)
+def test_refusal_names_symbol_and_source_line(fn, marker, error):
+    """A refusal names the offending bound symbol and the user's file and line."""
+    jfn = _jit(fn, transform=True)
+    with pytest.raises(error) as info:
+        jfn(torch.randn(4, 3, requires_grad=True))
+    message = str(info.value)
+    assert f"{__file__}:{_line_of(fn, marker)}" in message, message
+    assert any(name in message for name in ("mul_", "copy_")), message
+
+
+# -- no global state ---------------------------------------------------------------------------
+
+
+def _global_snapshot():
+    import thunder.extend
+
+    return (
+        tuple(thunder.extend.get_default_executors()),
+        tuple(thunder.extend.get_always_executors()),
+        frozenset(thunder.core.prims.copy_.tags or ()),
+        frozenset(thunder.torch._syms_returning_views),
+    )
+
+
+def test_transform_touches_no_global_state():
+    """Compiling with the transform (jit and ThunderFX) leaves Thunder's executors, tags and view tables unchanged."""
+    before = _global_snapshot()
+    for entry in ("jit", "thunderfx"):
+        for name in ("batch_norm_grad", "war_long_chain", "dead_intermediate"):
+            cfg = Config(transform=True, fusion_type="dataflow", entry=entry, check=True)
+            assert differential(by_name(name).build, cfg).status == "correct"
+    assert _global_snapshot() == before
