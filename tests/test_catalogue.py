@@ -28,7 +28,7 @@ import torch
 
 from support import MATRIX, PLAIN_HAZARD, config_id
 from thunder_ext import SavedTensorMutationError, ViewGradientError
-from thunder_ext.compare import Config, differential
+from thunder_ext.compare import Config, differential, error_in_chain
 from thunder_ext.gallery import PROGRAMS, Program, by_name
 
 # Class of the background note -> the documented error the transform refuses it with.
@@ -117,16 +117,6 @@ def _cells():
                 yield pytest.param(prog, vname, build, cfg, marks=marks, id=f"{prog.name}-{vname}-{config_id(cfg)}")
 
 
-def _error_in_chain(e: BaseException | None, cls: type) -> BaseException | None:
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, cls):
-            return e
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return None
-
-
 def _expected_refusal(prog: Program) -> type:
     return REFUSAL_ERRORS[prog.hazard.split()[0]]
 
@@ -152,7 +142,7 @@ def test_gallery_cell(prog: Program, variant: str, build, config: Config):
         expected = None
     if expected is not None:
         assert verdict.status == "refused", detail
-        assert _error_in_chain(verdict.outcome.error, expected) is not None, f"expected {expected.__name__}; {detail}"
+        assert error_in_chain(verdict.outcome.error, expected) is not None, f"expected {expected.__name__}; {detail}"
         return
     if verdict.eager_error is not None:
         # Eager raises (in-place op on a grad leaf, or a saved tensor modified in place): the
@@ -160,7 +150,7 @@ def test_gallery_cell(prog: Program, variant: str, build, config: Config):
         assert variant != "as_built", f"eager raised on the gallery program: {verdict.eager_error!r}"
         assert verdict.status in ("refused", "crash"), detail
         if "modified by an inplace operation" in str(verdict.eager_error):
-            assert verdict.ok and _error_in_chain(verdict.outcome.error, SavedTensorMutationError), detail
+            assert verdict.ok and error_in_chain(verdict.outcome.error, SavedTensorMutationError), detail
         return
     assert variant != "grad_leaf_mutated", "eager was expected to refuse an in-place op on a grad leaf"
     assert verdict.status == "correct", detail

@@ -175,14 +175,19 @@ def differential(build: Builder, config: Config, *, eager: Outcome | None = None
     return Verdict("correct", "", None, got)
 
 
-def _is_refusal(e: BaseException) -> bool:
+def error_in_chain(e: BaseException | None, cls: type) -> BaseException | None:
+    """The first exception of type ``cls`` in ``e``'s cause/context chain (ThunderFX wraps errors)."""
     seen = set()
     while e is not None and id(e) not in seen:
-        if isinstance(e, InplaceOrderingError):
-            return True
+        if isinstance(e, cls):
+            return e
         seen.add(id(e))
         e = e.__cause__ or e.__context__
-    return False
+    return None
+
+
+def _is_refusal(e: BaseException) -> bool:
+    return error_in_chain(e, InplaceOrderingError) is not None
 
 
 def format_exception(e: BaseException) -> str:
