@@ -164,3 +164,47 @@ def return_base_and_mutated_view(a):
 
 def test_return_base_and_mutated_view():
     assert_matches_eager(return_base_and_mutated_view, lambda g: (_x(g),))
+
+
+# -- soak finding 8 (seed 3): the harness's cotangents -------------------------------------------
+
+
+def output_without_grad_before_one_with(a, b, c):
+    b.add_(0.5)
+    t0 = c.t()  # needs no grad in eager; Thunder may still mark it
+    t3 = a.reshape(3, 4)
+    return (t0, t3)
+
+
+def test_output_without_grad_before_one_with():
+    """Cotangents are drawn per output position, so outputs that only one side marks as
+    requiring grad do not shift the cotangents of the others (plain Thunder was 'wrong' too)."""
+    assert_matches_eager(output_without_grad_before_one_with, lambda g: (_x(g), _x(False), _x(False)))
+
+
+# -- soak finding 9 (seed 3): copy_ of a value without gradient over one with -----------------
+
+
+def gradless_copy_over_differentiable(b, c, rm, rv):
+    rv.copy_(rm)
+    t0 = c.mean(0)
+    t0.copy_(rv)  # eager: c gets a zero gradient; Thunder: None, or a bare AssertionError
+    rv[1:] = 2.0
+    rm.copy_(rv)
+    return (t0,)
+
+
+def test_gradless_copy_over_differentiable_is_refused():
+    """Refused with OverwriteGradientError in grad mode; matches eager without grad."""
+    from thunder_ext import OverwriteGradientError
+    from thunder_ext.compare import Config, differential, error_in_chain
+
+    def build():
+        torch.manual_seed(0)
+        return gradless_copy_over_differentiable, (_x(True), _x(True), *_stats()), {}
+
+    for fusion_type in ("consecutive", "dataflow"):
+        v = differential(build, Config(fusion_type=fusion_type))
+        assert v.status == "refused", v.detail
+        assert error_in_chain(v.outcome.error, OverwriteGradientError) is not None
+    assert_matches_eager(gradless_copy_over_differentiable, lambda g: (_x(g), _x(g), *_stats()))

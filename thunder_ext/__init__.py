@@ -5,6 +5,7 @@ from thunder_ext.checker import TraceInvariantError, Violation, assert_valid, ve
 from thunder_ext.integration import fusion_stage_traces, final_traces, last_reports
 from thunder_ext.errors import (
     InplaceOrderingError,
+    OverwriteGradientError,
     SavedTensorMutationError,
     UnorderableAccessError,
     ViewGradientError,
@@ -14,6 +15,7 @@ __all__ = [
     "CheckReport",
     "InplaceBarrierTransform",
     "InplaceOrderingError",
+    "OverwriteGradientError",
     "SavedTensorMutationError",
     "TraceInvariantError",
     "UnorderableAccessError",

@@ -40,6 +40,7 @@ The pass reads the input trace and never mutates it: new bsyms are made with
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -127,13 +128,40 @@ def _witness(bsym: BoundSymbol, prefer: Sequence[TensorProxy] = ()) -> TensorPro
     return (list(prefer) + outs + [None])[0] if outs else None
 
 
-def _short(bsym: BoundSymbol) -> str:
-    line = describe(bsym)
-    return line
+@dataclass
+class _LastWrite:
+    """The latest write to a storage group: its access bit, a tensor it produced, itself, its destination."""
+
+    bit: int
+    witness: TensorProxy | None
+    bsym: BoundSymbol
+    dest: TensorProxy
+
+
+@dataclass
+class _Plan:
+    """One barrier to place before a bsym: versions to rename (name -> (version, stale-making write)),
+    witnesses to consume, and why."""
+
+    rename: dict[str, tuple[TensorProxy, BoundSymbol | None]] = field(default_factory=dict)
+    witnesses: list[TensorProxy] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.rename or self.witnesses)
 
 
 class _Placer:
-    """One forward walk over stripped bound symbols, adding barriers as ordering requires."""
+    """One forward walk over stripped bound symbols, adding barriers as ordering requires.
+
+    Walk state:
+
+    * ``swap`` maps every stripped proxy to its current version (a write's output or a
+      barrier's output), ``holders`` is its inverse;
+    * ``anc`` maps a current proxy name to the bitset of accesses it depends on (one bit per
+      access to a mutated group, in program order);
+    * ``last_write`` and ``epoch`` hold, per group, the latest write and the accesses since.
+    """
 
     def __init__(
         self,
@@ -147,7 +175,7 @@ class _Placer:
         differentiable: frozenset[str] = frozenset(),
         resolved: dict[str, str] | None = None,
     ):
-        self.trace, self.new_trace, self.bsyms = trace, new_trace, bsyms
+        self.new_trace, self.bsyms = new_trace, bsyms
         self.previous = {k: list(v) for k, v in previous.items()}
         self.inputs = input_names(trace)
         self.info: AliasInfo = storage_groups(bsyms, self.inputs)
@@ -159,277 +187,276 @@ class _Placer:
         self.differentiable = differentiable  # witnesses never to use (see place_barriers)
         self.resolved = resolved or {}  # reused barrier output name -> stripped name
         self.origin: list[int] = []  # output position -> stripped index (-1 for a barrier)
+        self.out: list[BoundSymbol] = []
+
+        self.proxies: dict[str, TensorProxy] = {}
+        self.last_use: dict[str, int] = {}
+        for i, b in enumerate(bsyms):
+            for p in b.flat_proxy_args:
+                self.last_use[p.name] = i
+            for p in (*b.flat_proxy_args, *b.flat_proxy_outs):
+                if isinstance(p, TensorProxy):
+                    self.proxies.setdefault(p.name, p)
+        self.members = {g: m for g, m in self.info.groups.members().items() if g in self.mutated}
+        self.writes_at: dict[str, list[int]] = {}
+        for k, e in enumerate(self.info.effects):
+            for w in e.writes:
+                self.writes_at.setdefault(self.info.group_of(w), []).append(k)
+
+        self.defined: set[str] = set(self.inputs)
+        self.swap: dict = {}
+        self.holders: dict[str, set] = {}
+        self.renamed_by: dict = {}  # variableified stripped proxy -> the write that made it stale
+        self.made_by_barrier: set[str] = set()
+        self.anc: dict[str, int] = {}
+        self.nbits = 0
+        self.last_write: dict[str, _LastWrite] = {}
+        self.epoch: dict[str, list[tuple[int, TensorProxy | None, BoundSymbol]]] = {}
+        self.pending_remat: dict[str, _LastWrite] = {}  # group -> forward write not yet pinned
+
+    # -- versions and reachability ------------------------------------------------------------
+
+    def current(self, proxy) -> TensorProxy:
+        return self.swap.get(variableify(proxy), proxy)
+
+    def bump(self, old: TensorProxy, new: TensorProxy, by: BoundSymbol | None) -> None:
+        """Every stripped proxy whose current version is ``old`` now reads ``new``.
+
+        ``by`` is the write that made ``old`` stale, or None for a pure renaming.
+        """
+        keys = self.holders.pop(old.name, set()) | {variableify(old)}
+        for k in keys:
+            self.swap[k] = new
+            if by is not None:
+                self.renamed_by.setdefault(k, by)
+        self.holders.setdefault(new.name, set()).update(keys)
+
+    def ancestry(self, bsym: BoundSymbol) -> int:
+        acc = 0
+        for p in bsym.flat_proxy_args:
+            acc |= self.anc.get(p.name, 0)
+        return acc
+
+    def reaches(self, proxy: TensorProxy, bit: int) -> bool:
+        return bool((self.anc.get(proxy.name, 0) >> bit) & 1)
+
+    def renamed(self, bsym: BoundSymbol) -> BoundSymbol:
+        return bsym.from_bsym_swap_proxies(self.swap, skip_output=True) if self.swap else bsym
+
+    def stale_members(self, g: str, i: int, bit: int | None, cause, plan: _Plan) -> None:
+        """Add the members of ``g`` used at or after ``i`` whose version does not depend on ``bit``."""
+        for m in self.members.get(g, ()):
+            if m in self.defined and self.last_use.get(m, -1) >= i:
+                v = self.current(self.proxies[m])
+                if v.name not in plan.rename and (bit is None or not self.reaches(v, bit)):
+                    plan.rename[v.name] = (v, cause)
+
+    def next_write(self, g: str, i: int) -> int | None:
+        ks = self.writes_at.get(g, ())
+        k = bisect.bisect_right(ks, i)
+        return ks[k] if k < len(ks) else None
+
+    # -- the walk -------------------------------------------------------------------------------
 
     def run(self) -> list[BoundSymbol]:
         if not self.mutated:
             self.origin = list(range(len(self.bsyms)))
             return list(self.bsyms)
-        info, mutated = self.info, self.mutated
-        last_use: dict[str, int] = {}
-        for i, b in enumerate(self.bsyms):
-            for p in b.flat_proxy_args:
-                last_use[p.name] = i
-        members: dict[str, list[str]] = {g: m for g, m in info.groups.members().items() if g in mutated}
-        defined: set[str] = set(self.inputs)
-        swap: dict = {}  # variableified stripped proxy -> current version
-        holders: dict[str, set] = {}  # current version name -> stripped proxies that map to it
-        made_by_barrier: set[str] = set()
-        anc: dict[str, int] = {}  # current proxy name -> bitset of accesses it depends on
-        last_write: dict[str, tuple[int, TensorProxy | None, BoundSymbol, TensorProxy]] = {}
-        epoch: dict[str, list[tuple[int, TensorProxy | None, BoundSymbol]]] = {}
-        nbits = 0
-        out: list[BoundSymbol] = []
-
-        def current(name_or_proxy) -> TensorProxy:
-            return swap.get(variableify(name_or_proxy), name_or_proxy)
-
-        renamed_by: dict = {}  # variableified stripped proxy -> bsym whose write made it stale
-
-        def bump(old: TensorProxy, new: TensorProxy, by: BoundSymbol | None) -> None:
-            """Every stripped proxy whose current version is ``old`` now reads ``new``.
-
-            ``by`` is the write that made ``old`` stale, or None for a pure renaming.
-            """
-            keys = holders.pop(old.name, set()) | {variableify(old)}
-            for k in keys:
-                swap[k] = new
-                if by is not None:
-                    renamed_by.setdefault(k, by)
-            holders.setdefault(new.name, set()).update(keys)
-
-        def ancestry(bsym: BoundSymbol) -> int:
-            acc = 0
-            for p in bsym.flat_proxy_args:
-                acc |= anc.get(p.name, 0)
-            return acc
-
-        def emit(rename: dict, witnesses: list, reasons: list, before: BoundSymbol) -> BoundSymbol | None:
-            """Add one barrier over ``rename`` (current name -> (version, cause)) and ``witnesses``."""
-            # A write's own output is a member of the written group: renaming it through the
-            # barrier is honest about the data flow, so only foreign witnesses are dropped.
-            kept = [w for w in witnesses if w.name not in self.differentiable or info.group_of(w) in mutated]
-            self.report.dropped_witnesses += len(witnesses) - len(kept)
-            witnesses = kept
-            if not rename and not witnesses:
-                return None
-            versions = [v for v, _ in rename.values()]
-            barrier, outs = self._barrier(versions, witnesses, before, reasons)
-            b_anc = 0
-            for p in barrier.flat_proxy_args:
-                b_anc |= anc.get(p.name, 0)
-            for (v, cause), new in zip(rename.values(), outs):
-                bump(v, new, cause)
-            for o in tensor_outs(barrier):
-                anc[o.name] = b_anc
-                made_by_barrier.add(o.name)
-            out.append(barrier)
-            self.origin.append(-1)
-            return barrier
-
-        writes_at: dict[str, list[int]] = {}
-        for k, e in enumerate(info.effects):
-            for w in e.writes:
-                writes_at.setdefault(info.group_of(w), []).append(k)
-
-        def _next_after(ks: list[int]):
-            return lambda i: next((k for k in ks if k > i), None)
-
-        next_write = {g: _next_after(ks) for g, ks in writes_at.items()}
-        pending_remat: dict[str, BoundSymbol] = {}  # group -> forward write not yet guarded
-        witness_of: dict[int, TensorProxy | None] = {}
-
-        def last_write_witness(w: BoundSymbol) -> TensorProxy | None:
-            return witness_of.get(id(w))
-
-        def stale_members(g: str, i: int, bit: int | None, cause: BoundSymbol, rename: dict) -> None:
-            """Members of ``g`` used at or after ``i`` whose current version does not depend on ``bit``."""
-            for m in members.get(g, ()):
-                if m in defined and last_use.get(m, -1) >= i:
-                    v = current(self._proxy(m))
-                    if v.name not in rename and (bit is None or not (anc.get(v.name, 0) >> bit) & 1):
-                        rename[v.name] = (v, cause)
-
         for i, bsym in enumerate(self.bsyms):
-            effect = info.effects[i]
-            groups = accessed_groups(info, bsym, effect) & mutated
-            write_groups = {info.group_of(w) for w in effect.writes}
-            groups |= write_groups
-            backward = has_tags(bsym, {BoundSymbolTag.BACKWARD})
-            if swap and backward:
-                # A backward read of a name that a forward write made stale wants the value
-                # saved before the write (class 6); renaming would silently read the new one.
-                for p in tensor_args(bsym):
-                    by = renamed_by.get(variableify(p))
-                    if by is not None and not has_tags(by, {BoundSymbolTag.BACKWARD}):
-                        self.report.backward_reads_of_forward_writes.append((by, bsym))
-            if pending_remat and not is_return(bsym):
-                # Fusion executors rematerialize: a consumer region may recompute values of its
-                # producer region from the producer's inputs.  Re-running a write is not
-                # idempotent, so what is read after a (forward) write goes through a barrier
-                # first: the write's output is then needed outside its region and no cut can
-                # move the write.  One barrier serves every write since the last read.
-                if any(info.group_of(p) in pending_remat for p in tensor_args(bsym)):
-                    rename = {}
-                    for g in pending_remat:
-                        stale_members(g, i, None, None, rename)
-                    writers = list(dict.fromkeys(id(w) for w in pending_remat.values()))
-                    by_id = {id(w): w for w in pending_remat.values()}
-                    wits = [w for w in (last_write_witness(by_id[k]) for k in writers) if w is not None]
-                    reasons = [f"remat: {_short(by_id[k])} runs once" for k in writers]
-                    pending_remat.clear()
-                    if rename:
-                        emit(rename, wits, reasons, bsym)
-            elif pending_remat:
-                pending_remat.clear()
-            cur = bsym.from_bsym_swap_proxies(swap, skip_output=True) if swap else bsym
-            my_anc = ancestry(cur)
-            if groups:
-                rename: dict[str, tuple[TensorProxy, BoundSymbol]] = {}
-                witnesses: list[TensorProxy] = []
-                reasons: list[str] = []
-                for g in sorted(groups):
-                    if g in write_groups:
-                        # WAR/WAW: every access since the last write must reach this write.
-                        unreached = [(wit, who) for bit, wit, who in epoch.get(g, ()) if not (my_anc >> bit) & 1]
-                        for wit, who in unreached:
-                            if wit is None:
-                                raise UnorderableAccessError(
-                                    "this access must precede an in-place write but produces no tensor "
-                                    "a barrier could consume",
-                                    who,
-                                    bsym,
-                                )
-                            witnesses.append(wit)
-                            reasons.append(f"WAR: {_short(who)} before {_short(bsym)}")
-                        if unreached:
-                            for w in effect.writes:
-                                if info.group_of(w) == g:
-                                    v = current(w)
-                                    rename.setdefault(v.name, (v, bsym))
-                        continue
-                    # RAW: this read must be reached from the group's last write.
-                    lw = last_write.get(g)
-                    if lw is None:
-                        continue
-                    bit, wit, wbsym, written = lw
-                    stale = [
-                        p
-                        for p in tensor_args(bsym)
-                        if info.group_of(p) == g and not (anc.get(current(p).name, 0) >> bit) & 1
-                    ]
-                    # Even when the bsym as a whole is ordered after the write (it also reads the
-                    # write's output), a stale name carries no gradient through the write (class 5).
-                    for p in stale:
-                        self._note_read(wbsym, bsym, p, written)
-                    # The return is judged per value: Thunder later unwraps it and drops
-                    # ``flat_args``, which may be the only edge from the write.
-                    if (my_anc >> bit) & 1 and not (is_return(bsym) and stale):
-                        continue
-                    if wit is None:
-                        raise UnorderableAccessError(
-                            "this in-place write produces no tensor a barrier could consume, "
-                            "so the later access cannot be ordered after it",
-                            wbsym,
-                            bsym,
-                        )
-                    for p in stale:
-                        v = current(p)
-                        rename.setdefault(v.name, (v, wbsym))
-                    # Every stale member used from here on goes through the same barrier, in this
-                    # group and in the other groups the same write left stale (batch_norm's rm, rv).
-                    stale_members(g, i, bit, wbsym, rename)
-                    for g2, lw2 in last_write.items():
-                        if g2 != g and lw2[2] is wbsym:
-                            stale_members(g2, i, bit, wbsym, rename)
-                    witnesses.append(wit)
-                    reasons.append(f"RAW: {_short(wbsym)} before {_short(bsym)}")
-                # nvFuser can only write to an input of its fusion region; a barrier makes it one.
-                needs_input = [
-                    current(w)
-                    for w in effect.writes
-                    if current(w).name not in self.inputs and current(w).name not in made_by_barrier
-                ]
-                for v in needs_input:
-                    if v.name not in rename:
-                        rename[v.name] = (v, bsym)
-                        reasons.append(f"nvFuser: write to non-input {v.name} in {_short(bsym)}")
-                if rename:
-                    # The same barrier also serves the next writes of other groups (a module's
-                    # buffers are updated one after another), so they need no barrier of their own.
-                    for g2, nxt in next_write.items():
-                        if g2 not in write_groups and nxt(i) is not None:
-                            for w2 in info.effects[nxt(i)].writes:
-                                v2 = current(w2)
-                                if (
-                                    info.group_of(w2) == g2
-                                    and v2.name in defined
-                                    and v2.name not in self.inputs
-                                    and v2.name not in made_by_barrier
-                                ):
-                                    rename.setdefault(v2.name, (v2, None))
-                if rename or witnesses:
-                    emit(rename, witnesses, reasons, bsym)
-                    cur = bsym.from_bsym_swap_proxies(swap, skip_output=True)
-                    my_anc = ancestry(cur)
-                if is_return(bsym):
-                    self._check_inputs_reached(my_anc, last_write)
-                bit = nbits
-                nbits += 1
-                my_anc |= 1 << bit
-                for g in groups:
-                    if g in write_groups:
-                        dests = [w for w in effect.writes if info.group_of(w) == g]
-                        dest_names = {d.name for d in dests}
-                        prefer = [o for o, a in effect.aliases if a.name in dest_names]
-                        last_write[g] = (bit, _witness(bsym, prefer), bsym, dests[0])
-                        witness_of[id(bsym)] = last_write[g][1]
-                        epoch[g] = [(bit, _witness(bsym, prefer), bsym)]
-                    else:
-                        epoch.setdefault(g, []).append((bit, _witness(bsym), bsym))
-            out.append(cur)
-            self.origin.append(i)
-            for p in cur.flat_proxy_outs:
-                anc[p.name] = my_anc
-                defined.add(p.name)
-            # A write's output is the new version of what it wrote.
-            for o, a in effect.aliases:
-                if any(a is w for w in effect.writes):
-                    bump(current(a), o, bsym)
-            if i in self.remat_writes and effect.writes and not backward:
-                for g in write_groups:
-                    pending_remat[g] = bsym
-        return out
+            self.step(i, bsym)
+        return self.out
 
-    def _proxy(self, name: str) -> TensorProxy:
-        return self._proxies[name]
+    def step(self, i: int, bsym: BoundSymbol) -> None:
+        info = self.info
+        effect = info.effects[i]
+        write_groups = {info.group_of(w) for w in effect.writes}
+        groups = (accessed_groups(info, bsym, effect) & self.mutated) | write_groups
+        backward = has_tags(bsym, {BoundSymbolTag.BACKWARD})
+        if backward:
+            self.note_backward_reads(bsym)
+        self.pin_pending_writes(i, bsym)
+        cur = self.renamed(bsym)
+        my_anc = self.ancestry(cur)
+        if groups:
+            plan = _Plan()
+            for g in sorted(groups):
+                if g in write_groups:
+                    self.order_write(g, bsym, effect, my_anc, plan)
+                else:
+                    self.order_read(g, i, bsym, my_anc, plan)
+            self.make_write_inputs(i, bsym, effect, write_groups, plan)
+            if plan:
+                self.emit(plan, bsym)
+                cur = self.renamed(bsym)
+                my_anc = self.ancestry(cur)
+            if is_return(bsym):
+                self.check_inputs_reached(my_anc)
+            my_anc |= self.record_access(bsym, effect, groups, write_groups)
+        self.out.append(cur)
+        self.origin.append(i)
+        for p in cur.flat_proxy_outs:
+            self.anc[p.name] = my_anc
+            self.defined.add(p.name)
+        # A write's output is the new version of what it wrote.
+        for o, a in effect.aliases:
+            if any(a is w for w in effect.writes):
+                self.bump(self.current(a), o, bsym)
+        if i in self.remat_writes and effect.writes and not backward:
+            for g in write_groups:
+                self.pending_remat[g] = self.last_write[g]
 
-    @property
-    def _proxies(self) -> dict[str, TensorProxy]:
-        cache = getattr(self, "_proxy_cache", None)
-        if cache is None:
-            cache = {}
-            for b in self.bsyms:
-                for p in (*b.flat_proxy_args, *b.flat_proxy_outs):
-                    if isinstance(p, TensorProxy):
-                        cache.setdefault(p.name, p)
-            self._proxy_cache = cache
-        return cache
+    def note_backward_reads(self, bsym: BoundSymbol) -> None:
+        # A backward read of a name that a forward write made stale wants the value saved
+        # before the write (class 6); renaming would silently read the new one.
+        for p in tensor_args(bsym):
+            by = self.renamed_by.get(variableify(p))
+            if by is not None and not has_tags(by, {BoundSymbolTag.BACKWARD}):
+                self.report.backward_reads_of_forward_writes.append((by, bsym))
 
-    def _note_read(self, wbsym, rbsym, proxy, written) -> None:
-        if proxy.name != written.name:
-            self.report.alias_reads.append(AliasRead(wbsym, rbsym, proxy, written))
+    def pin_pending_writes(self, i: int, bsym: BoundSymbol) -> None:
+        """Fusion executors rematerialize: a consumer region may recompute values of its producer
+        region from the producer's inputs, and re-running a write is not idempotent.  So what is
+        read after a guarded write goes through a barrier first: the write's output is then
+        needed outside its region and no cut can move the write.  One barrier serves every
+        write since the last read."""
+        if not self.pending_remat:
+            return
+        if is_return(bsym):
+            self.pending_remat.clear()
+            return
+        if not any(self.info.group_of(p) in self.pending_remat for p in tensor_args(bsym)):
+            return
+        plan = _Plan()
+        for g in self.pending_remat:
+            self.stale_members(g, i, None, None, plan)
+        writes = {id(lw.bsym): lw for lw in self.pending_remat.values()}
+        plan.witnesses = [lw.witness for lw in writes.values() if lw.witness is not None]
+        plan.reasons = [f"remat: {describe(lw.bsym)} runs once" for lw in writes.values()]
+        self.pending_remat.clear()
+        if plan.rename:
+            self.emit(plan, bsym)
 
-    def _check_inputs_reached(self, ret_anc: int, last_write) -> None:
+    def order_write(self, g: str, bsym: BoundSymbol, effect, my_anc: int, plan: _Plan) -> None:
+        """WAR/WAW: every access to ``g`` since its last write must reach this write."""
+        unreached = [(wit, who) for bit, wit, who in self.epoch.get(g, ()) if not (my_anc >> bit) & 1]
+        for wit, who in unreached:
+            if wit is None:
+                raise UnorderableAccessError(
+                    "this access must precede an in-place write but produces no tensor a barrier could consume",
+                    who,
+                    bsym,
+                )
+            plan.witnesses.append(wit)
+            plan.reasons.append(f"WAR: {describe(who)} before {describe(bsym)}")
+        if unreached:
+            for w in effect.writes:
+                if self.info.group_of(w) == g:
+                    v = self.current(w)
+                    plan.rename.setdefault(v.name, (v, bsym))
+
+    def order_read(self, g: str, i: int, bsym: BoundSymbol, my_anc: int, plan: _Plan) -> None:
+        """RAW: this read of ``g`` must be reached from the group's last write."""
+        lw = self.last_write.get(g)
+        if lw is None:
+            return
+        stale = [p for p in tensor_args(bsym) if self.info.group_of(p) == g and not self.reaches(self.current(p), lw.bit)]
+        # Even when the bsym as a whole is ordered after the write (it also reads the write's
+        # output), a stale name carries no gradient through the write (class 5).
+        for p in stale:
+            if p.name != lw.dest.name:
+                self.report.alias_reads.append(AliasRead(lw.bsym, bsym, p, lw.dest))
+        # The return is judged per value: Thunder later unwraps it and drops ``flat_args``,
+        # which may be the only edge from the write.
+        if (my_anc >> lw.bit) & 1 and not (is_return(bsym) and stale):
+            return
+        if lw.witness is None:
+            raise UnorderableAccessError(
+                "this in-place write produces no tensor a barrier could consume, "
+                "so the later access cannot be ordered after it",
+                lw.bsym,
+                bsym,
+            )
+        for p in stale:
+            v = self.current(p)
+            plan.rename.setdefault(v.name, (v, lw.bsym))
+        # Every stale member used from here on goes through the same barrier, in this group and
+        # in the other groups the same write left stale (batch_norm's running mean and var).
+        for g2, lw2 in self.last_write.items():
+            if g2 == g or lw2.bsym is lw.bsym:
+                self.stale_members(g2, i, lw.bit, lw.bsym, plan)
+        plan.witnesses.append(lw.witness)
+        plan.reasons.append(f"RAW: {describe(lw.bsym)} before {describe(bsym)}")
+
+    def make_write_inputs(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str], plan: _Plan) -> None:
+        """nvFuser can only write to an input of its fusion region; a barrier makes the destination one."""
+        for w in effect.writes:
+            v = self.current(w)
+            if v.name not in self.inputs and v.name not in self.made_by_barrier and v.name not in plan.rename:
+                plan.rename[v.name] = (v, bsym)
+                plan.reasons.append(f"nvFuser: write to non-input {v.name} in {describe(bsym)}")
+        if not plan.rename:
+            return
+        # The same barrier also serves the next write of every other group (a module's buffers
+        # are updated one after another), so those need no barrier of their own.
+        for g2 in self.writes_at:
+            k = self.next_write(g2, i) if g2 not in write_groups else None
+            if k is None:
+                continue
+            for w2 in self.info.effects[k].writes:
+                v2 = self.current(w2)
+                if (
+                    self.info.group_of(w2) == g2
+                    and v2.name in self.defined
+                    and v2.name not in self.inputs
+                    and v2.name not in self.made_by_barrier
+                ):
+                    plan.rename.setdefault(v2.name, (v2, None))
+
+    def record_access(self, bsym: BoundSymbol, effect, groups: set[str], write_groups: set[str]) -> int:
+        """Give this access its bit and update the groups' last write and epoch; return the bit mask."""
+        bit = self.nbits
+        self.nbits += 1
+        for g in groups:
+            if g in write_groups:
+                dests = [w for w in effect.writes if self.info.group_of(w) == g]
+                dest_names = {d.name for d in dests}
+                wit = _witness(bsym, [o for o, a in effect.aliases if a.name in dest_names])
+                self.last_write[g] = _LastWrite(bit, wit, bsym, dests[0])
+                self.epoch[g] = [(bit, wit, bsym)]
+            else:
+                self.epoch.setdefault(g, []).append((bit, _witness(bsym), bsym))
+        return 1 << bit
+
+    def check_inputs_reached(self, ret_anc: int) -> None:
         for g in self.info.input_groups:
-            lw = last_write.get(g)
-            if lw is not None and not (ret_anc >> lw[0]) & 1:
+            lw = self.last_write.get(g)
+            if lw is not None and not (ret_anc >> lw.bit) & 1:
                 raise UnorderableAccessError(
                     "this write mutates an input, but the return references no member of its storage, "
                     "so nothing orders it before the return",
-                    lw[2],
+                    lw.bsym,
                 )
 
-    def _barrier(self, members: list[TensorProxy], witnesses: list[TensorProxy], before: BoundSymbol, reasons):
+    # -- making barriers ------------------------------------------------------------------------
+
+    def emit(self, plan: _Plan, before: BoundSymbol) -> None:
+        # A write's own output is a member of the written group: renaming it through the
+        # barrier is honest about the data flow, so only foreign witnesses are dropped.
+        kept = [w for w in plan.witnesses if w.name not in self.differentiable or self.info.group_of(w) in self.mutated]
+        self.report.dropped_witnesses += len(plan.witnesses) - len(kept)
+        if not plan.rename and not kept:
+            return
+        barrier, outs = self.barrier([v for v, _ in plan.rename.values()], kept, before, plan.reasons)
+        b_anc = self.ancestry(barrier)
+        for (v, cause), new in zip(plan.rename.values(), outs):
+            self.bump(v, new, cause)
+        for o in tensor_outs(barrier):
+            self.anc[o.name] = b_anc
+            self.made_by_barrier.add(o.name)
+        self.out.append(barrier)
+        self.origin.append(-1)
+
+    def barrier(self, members: list[TensorProxy], witnesses: list[TensorProxy], before: BoundSymbol, reasons):
         seen = {p.name for p in members}
         extra = []
         for w in witnesses:
@@ -444,9 +471,7 @@ class _Placer:
             with tracectx(self.new_trace):
                 outs = tuple(TensorProxy(like=p, requires_grad=p.requires_grad) for p in ins)
         bsym = self.barrier_sym.bind(ins, output=outs)
-        header = ""
-        if self.comment:
-            header = f"{BARRIER_TAG}: " + "; ".join(dict.fromkeys(reasons))
+        header = f"{BARRIER_TAG}: " + "; ".join(dict.fromkeys(reasons)) if self.comment else ""
         bsym = bsym.from_bsym(
             header=header,
             source_filename=before.source_filename,

@@ -86,9 +86,12 @@ def _cotangent_loss(outputs) -> torch.Tensor | None:
     gen = torch.Generator().manual_seed(1234)
     terms = []
     for o in _flat_tensors(outputs):
-        if o.requires_grad and o.is_floating_point():
+        if o.is_floating_point():
+            # One cotangent per output position, drawn whether or not the output needs grad:
+            # Thunder and eager may disagree on requires_grad of an output that no input reaches.
             c = torch.randn(o.shape, generator=gen, dtype=o.dtype)
-            terms.append((o * c).sum())
+            if o.requires_grad:
+                terms.append((o * c).sum())
     return sum(terms) if terms else None
 
 

@@ -26,3 +26,7 @@ class ViewGradientError(InplaceOrderingError):
 
 class SavedTensorMutationError(InplaceOrderingError):
     """Class 6: the forward writes in place to a value the backward reads."""
+
+
+class OverwriteGradientError(InplaceOrderingError):
+    """A ``copy_`` of a value without gradient over a tensor that carries one (Thunder drops the zero grad)."""

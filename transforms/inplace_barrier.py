@@ -18,12 +18,13 @@ with :func:`thunder_ext.checker.assert_valid`.
 from __future__ import annotations
 
 import thunder
+from thunder.core import dtypes
 from thunder.core.compile_data import get_compile_data
 from thunder.core.proxies import TensorProxy
 from thunder.core.trace import TraceCtx
 
 from thunder_ext.barriers import place_barriers
-from thunder_ext.errors import ViewGradientError
+from thunder_ext.errors import OverwriteGradientError, ViewGradientError
 from thunder_ext.integration import install_barrier_stage, reports_for
 
 
@@ -40,8 +41,13 @@ def differentiable_names(trace: TraceCtx) -> set[str]:
     if not names:
         return names
     for bsym in trace.bound_symbols:
+        # Factories shaped like their input (zeros_like, ...) carry no gradient.
+        if str(bsym.sym.id).endswith("_like"):
+            continue
         if any(p.name in names for p in bsym.flat_proxy_args):
-            names.update(p.name for p in bsym.flat_proxy_outs if isinstance(p, TensorProxy))
+            names.update(
+                p.name for p in bsym.flat_proxy_outs if isinstance(p, TensorProxy) and dtypes.is_inexact_dtype(p.dtype)
+            )
     return names
 
 
@@ -77,6 +83,30 @@ def _refuse_returned_input_with_new_history(trace: TraceCtx, diff: set[str]) -> 
             )
 
 
+def _refuse_gradless_overwrite(trace: TraceCtx, diff: set[str]) -> None:
+    """Refuse ``dst.copy_(src)`` where ``dst`` carries gradients and ``src`` does not.
+
+    Eager gives the overwritten tensor's inputs a zero gradient; Thunder 0.2.6 returns None
+    for them or fails inside its backward with a bare ``AssertionError``.
+    """
+    from thunder_ext.barriers import strip_barriers
+    from thunder_ext.op_kinds import effect_of, is_copy, tensor_args
+
+    # Without barriers, every proxy has its traced name, which is what ``diff`` knows.
+    for bsym in strip_barriers(trace.bound_symbols)[0]:
+        if not (is_copy(bsym) or bsym.sym.id == "torch.Tensor.copy_"):
+            continue
+        dests = {w.name for w in effect_of(bsym).writes}
+        srcs = [p for p in tensor_args(bsym) if p.name not in dests]
+        if dests & diff and srcs and not any(p.name in diff for p in srcs):
+            raise OverwriteGradientError(
+                "`copy_` overwrites a tensor that carries gradients with a value that carries none; eager "
+                "gives the overwritten inputs a zero gradient, Thunder loses it. Use a new tensor instead "
+                "of copying into one that requires grad",
+                bsym,
+            )
+
+
 class InplaceBarrierTransform(thunder.Transform):
     """Order every access to mutated storage by data edges, and remove dead in-place ops."""
 
@@ -105,6 +135,7 @@ class InplaceBarrierTransform(thunder.Transform):
                     )
         if diff:
             _refuse_returned_input_with_new_history(new, diff)
+            _refuse_gradless_overwrite(computation_trace, diff)
         if self.check and not report.dropped_witnesses:
             # With dropped witnesses the order is only complete after the fusion-stage pass,
             # which is checked there.
