@@ -1,4 +1,9 @@
-"""Shared test configuration: markers, hypothesis profiles, CUDA/nvFuser skips."""
+"""Shared test configuration: warnings and the hypothesis profiles.
+
+CI uses the ``ci`` profile: a fixed, derandomized budget.  A long local soak:
+``THUNDER_EXT_HYPOTHESIS_PROFILE=soak pytest tests/test_fuzz.py`` (or ``scripts/soak.py``).
+``THUNDER_EXT_FUZZ_EXAMPLES`` overrides either budget.
+"""
 
 from __future__ import annotations
 
@@ -9,24 +14,17 @@ warnings.filterwarnings("ignore", message="transformer_engine module not found")
 
 try:
     from hypothesis import HealthCheck, settings
-
-    # CI: a fixed, seeded budget.  Soak: THUNDER_EXT_HYPOTHESIS_PROFILE=soak pytest tests/test_fuzz.py
-    settings.register_profile(
-        "ci",
-        max_examples=int(os.environ.get("THUNDER_EXT_FUZZ_EXAMPLES", "40")),
-        derandomize=True,
-        deadline=None,
-        print_blob=True,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-    settings.register_profile(
-        "soak",
-        max_examples=int(os.environ.get("THUNDER_EXT_FUZZ_EXAMPLES", "2000")),
-        derandomize=False,
-        deadline=None,
-        print_blob=True,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-    settings.load_profile(os.environ.get("THUNDER_EXT_HYPOTHESIS_PROFILE", "ci"))
 except ImportError:  # hypothesis is in the test extra; without it only the fuzz tests skip
-    pass
+    settings = None
+
+if settings is not None:
+    for name, examples, derandomize in (("ci", "40", True), ("soak", "2000", False)):
+        settings.register_profile(
+            name,
+            max_examples=int(os.environ.get("THUNDER_EXT_FUZZ_EXAMPLES", examples)),
+            derandomize=derandomize,
+            deadline=None,
+            print_blob=True,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        )
+    settings.load_profile(os.environ.get("THUNDER_EXT_HYPOTHESIS_PROFILE", "ci"))

@@ -208,3 +208,38 @@ def test_gradless_copy_over_differentiable_is_refused():
         assert v.status == "refused", v.detail
         assert error_in_chain(v.outcome.error, OverwriteGradientError) is not None
     assert_matches_eager(gradless_copy_over_differentiable, lambda g: (_x(g), _x(g), *_stats()))
+
+
+# -- soak finding 10 (seed 4): a write whose source overlaps its destination -------------------
+
+
+def index_copy_from_own_view(a, rm, rv, idx):
+    t0 = F.batch_norm(a, rm, rv, training=True, momentum=0.1)
+    t1 = t0[:2]
+    t0.index_copy_(0, idx, t1)  # eager: "some elements ... refer to a single memory location"
+    return (rm, t0 * 1)
+
+
+def index_copy_from_own_view_reference(a, rm, rv, idx):
+    t0 = F.batch_norm(a, rm, rv, training=True, momentum=0.1)
+    t1 = t0[:2].clone()
+    t0.index_copy_(0, idx, t1)
+    return (rm, t0 * 1)
+
+
+def test_index_copy_from_own_view():
+    """Documented exception: eager refuses the overlap; the compiled run equals eager with the
+    source cloned (Thunder's decomposition reads the source before writing)."""
+    from thunder_ext.compare import Config, _assert_same, _clone, compile_fn, execute
+
+    def make():
+        torch.manual_seed(0)
+        return (_x(False), *_stats(), torch.tensor([1, 0]))
+
+    args = make()
+    eager = execute(index_copy_from_own_view, [_clone(a) for a in args], {})
+    assert "single memory location" in str(eager.error)
+    expected = execute(index_copy_from_own_view_reference, [_clone(a) for a in args], {})
+    for fusion_type in ("consecutive", "dataflow"):
+        compiled = compile_fn(index_copy_from_own_view, Config(fusion_type=fusion_type))
+        _assert_same(execute(compiled, [_clone(a) for a in args], {}), expected)

@@ -589,6 +589,11 @@ def judge_cell(build: Builder, config: Config, grad: bool, baseline: Callable[[]
     if v.status == "wrong":
         if v.eager_error is not None and _eager_stricter(build, v):
             return cell("ok", "documented exception: eager's version counter refuses, forward values match")
+        if v.eager_error is not None and "refer to a single memory location" in str(v.eager_error):
+            # Documented exception: eager refuses a write whose source overlaps its destination;
+            # Thunder's functional decomposition reads the source first (as if it were cloned).
+            # tests/test_fuzz_regressions.py checks an instance against a cloned-source reference.
+            return cell("ok", "documented exception: eager refuses overlapping source and destination")
         return cell("missed-refusal" if v.eager_error is not None else "wrong")
     plain = baseline()
     same = plain.status == "crash" and plain.detail.split(":")[0] == v.detail.split(":")[0]

@@ -20,7 +20,7 @@ Invariants:
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from thunder.core.compile_data import get_compile_data
 from thunder.core.symbol import BoundSymbol
@@ -40,7 +40,6 @@ class StageReports:
     before_autodiff: BarrierReport | None = None
     fusion_stage: BarrierReport | None = None
     fusion_stage_trace: TraceCtx | None = None
-    history: list = field(default_factory=list)
 
 
 _REPORTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

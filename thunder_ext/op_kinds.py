@@ -26,7 +26,7 @@ Invariants this module relies on:
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import thunder.torch as ltorch
 from thunder.core import prims
@@ -139,7 +139,6 @@ class Effect:
     aliases: tuple[tuple[TensorProxy, TensorProxy], ...] = ()
     is_view: bool = False
     is_barrier: bool = False
-    opaque: bool = field(default=False)
 
 
 _NO_EFFECT = Effect()
