@@ -26,7 +26,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from support import MATRIX, PLAIN_HAZARD, config_id
+from support import ARGS_TENSOR_MASK, MATRIX, PLAIN_HAZARD, config_id
 from thunder_ext import SavedTensorMutationError, ViewGradientError
 from thunder_ext.compare import Config, differential, error_in_chain
 from thunder_ext.gallery import PROGRAMS, Program, by_name
@@ -34,17 +34,11 @@ from thunder_ext.gallery import PROGRAMS, Program, by_name
 # Class of the background note -> the documented error the transform refuses it with.
 REFUSAL_ERRORS = {"5": ViewGradientError, "6": SavedTensorMutationError}
 
-ARGS_TENSOR_MASK = (
-    "ThunderFX itself fails on torch.autograd.Function (KeyError 'args_tensor_mask' while tracing the "
-    "GraphModule) with torch 2.11 + thunder 0.2.6, in plain Thunder too: "
-    "see test_autograd_function_thunderfx_fails_in_plain_thunder"
-)
 
 NONE_FOR_ZERO_GRAD = (
     "Thunder returns grad None where eager returns zeros for an input whose only contribution is "
     "overwritten by a later copy_ (plain Thunder too): see test_waw_none_grad_in_plain_thunder"
 )
-
 
 
 # -- gradient variants ------------------------------------------------------------------------
@@ -176,26 +170,7 @@ def test_plain_thunder_fails_refused(prog: Program):
     assert verdict.status in ("wrong", "crash"), f"{verdict.status}: {verdict.detail}"
 
 
-@pytest.mark.parametrize(
-    "prog",
-    [
-        pytest.param(
-            p,
-            marks=[
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="gallery bug: batch_norm_grad has plain_fails=False, but plain Thunder under "
-                    "PLAIN_HAZARD returns a stale running mean (status 'wrong')",
-                )
-            ]
-            if p.name == "batch_norm_grad"
-            else [],
-        )
-        for p in PROGRAMS
-        if not p.plain_fails and not p.refused
-    ],
-    ids=lambda p: p.name,
-)
+@pytest.mark.parametrize("prog", [p for p in PROGRAMS if not p.plain_fails and not p.refused], ids=lambda p: p.name)
 def test_plain_fails_flag_is_accurate(prog: Program):
     """A program the gallery marks plain_fails=False is indeed correct with plain Thunder (the flag is measured)."""
     verdict = differential(prog.build, PLAIN_HAZARD)

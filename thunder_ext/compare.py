@@ -89,7 +89,7 @@ def _cotangent_loss(outputs) -> torch.Tensor | None:
         if o.is_floating_point():
             # One cotangent per output position, drawn whether or not the output needs grad:
             # Thunder and eager may disagree on requires_grad of an output that no input reaches.
-            c = torch.randn(o.shape, generator=gen, dtype=o.dtype)
+            c = torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device)
             if o.requires_grad:
                 terms.append((o * c).sum())
     return sum(terms) if terms else None
