@@ -2,6 +2,7 @@
 
     python scripts/soak.py                    # THUNDER_EXT_FUZZ_EXAMPLES programs (default 300)
     python scripts/soak.py --examples 2000 --seed 7 --shrink
+    python scripts/soak.py --executors torch_compile   # the cells with executors=[torch_compile_ex]
 
 Prints how many programs ran, how many were out of scope (a Thunder limitation in every
 cell), the verdict counts per cell, and every distinct failure with the smallest program
@@ -22,11 +23,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=int(os.environ.get("THUNDER_EXT_FUZZ_EXAMPLES", "300")))
     parser.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")
     parser.add_argument("--shrink", action="store_true", help="reduce the smallest program of each failure (delete lines while it fails the same way)")
+    parser.add_argument("--executors", choices=("default", "torch_compile", "both"), default="default",
+                        help="executors of the judged cells, under both fusion types (default: the defaults)")
     parser.add_argument("--progress", type=int, default=25, help="print a line every N programs (0: never)")
     args = parser.parse_args(argv)
 
     warnings.filterwarnings("ignore")
-    from thunder_ext.fuzzing import fails_with, reduce, soak
+    from dataclasses import replace
+
+    from thunder_ext.fuzzing import CONFIGS, fails_with, reduce, soak
+
+    executors = ("default", "torch_compile") if args.executors == "both" else (args.executors,)
+    configs = tuple(replace(c, executors=e) for e in executors for c in CONFIGS)
 
     start = time.monotonic()
 
@@ -38,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
 
-    result = soak(args.examples, seed=args.seed, on_program=progress)
+    result = soak(args.examples, seed=args.seed, on_program=progress, configs=configs)
     elapsed = time.monotonic() - start
     print(f"\nprograms run: {result.ran} in {elapsed:.0f}s (out of scope: {result.out_of_scope})")
     print("cell verdicts: " + ", ".join(f"{k}={v}" for k, v in sorted(result.cells.items())))
@@ -48,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n=== {sig}\n    in {len(progs)} programs; cells: {cells}")
         program = result.smallest(sig)
         if args.shrink:
-            program = reduce(program, fails_with(sig))
+            program = reduce(program, fails_with(sig, configs))
         print(program, end="")
     return 1 if result.failures else 0
 

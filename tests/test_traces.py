@@ -226,6 +226,32 @@ def test_loop_keeps_fewer_barriers_than_plain():
     assert _final_forward_barriers(prog, transform=True) < _final_forward_barriers(prog, transform=False)
 
 
+def _fusion_regions(fn, args, *, transform: bool, fusion_type: str) -> tuple[int, object]:
+    """Fusion regions in the final forward trace with ``executors=[torch_compile_ex]``, and the outputs."""
+    from thunder.executors.torch_compile import torch_compile_ex
+
+    transforms = [InplaceBarrierTransform(check=True)] if transform else []
+    jfn = thunder.jit(fn, executors=[torch_compile_ex], fusion_type=fusion_type, transforms=transforms)
+    out = jfn(*args)
+    return sum(1 for b in thunder.last_traces(jfn)[-1].bound_symbols if b.sym.is_fusion), out
+
+
+@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
+@pytest.mark.parametrize("name", ["loop_inplace", "war_long_chain", "view_after_write", "setitem_on_view"])
+def test_torch_compile_regions_match_plain_without_grad(name: str, fusion_type: str):
+    """Without grad, torch_compile_ex fuses the transform's barriers: no more regions than plain Thunder, same numbers as eager."""
+    prog = by_name(name)
+    torch.manual_seed(0)
+    fn, args, _ = prog.build()
+    plain, _ = _fusion_regions(fn, [a.clone() for a in args], transform=False, fusion_type=fusion_type)
+    compiled_inputs = [a.clone() for a in args]
+    ours, got = _fusion_regions(fn, compiled_inputs, transform=True, fusion_type=fusion_type)
+    eager_inputs = [a.clone() for a in args]
+    torch.testing.assert_close(got, fn(*eager_inputs))
+    torch.testing.assert_close(compiled_inputs, eager_inputs)
+    assert ours <= plain, f"{ours} regions with the transform, {plain} with plain Thunder"
+
+
 def _tanh_then_mul(x, w):
     y = x * 2
     y.tanh_()

@@ -49,11 +49,12 @@ from thunder.core import prims
 from thunder.core.proxies import TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
-from thunder.extend import Executor, OperatorExecutor
+from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import AliasInfo, accessed_groups, input_names, storage_groups
 from thunder_ext.errors import UnorderableAccessError
 from thunder_ext.op_kinds import describe, is_barrier, is_return, tensor_args, tensor_outs
+from thunder_ext.remat_guard import BarrierSymbols, barrier_symbols, unguarded_writes
 
 BARRIER_TAG = "thunder_ext"
 
@@ -112,16 +113,6 @@ def strip_barriers(bsyms: Sequence[BoundSymbol]) -> tuple[list[BoundSymbol], dic
     return out, dropped, {k.proxy.name: v.name for k, v in swap.items()}
 
 
-def _barrier_symbol(executors: Sequence[Executor] | None):
-    """The barrier as the compilation's executors would claim it, so that it needs no further claiming."""
-    for ex in executors or ():
-        if isinstance(ex, OperatorExecutor):
-            impl = ex.implmap.get(prims.PrimIDs.UPDATE_ALIASES)
-            if impl is not None and impl.symbol is not None and impl.execution_transform is None:
-                return impl.symbol
-    return prims.update_aliases
-
-
 def _witness(bsym: BoundSymbol, prefer: Sequence[TensorProxy] = ()) -> TensorProxy | None:
     """A tensor the bsym produces, to hang a data edge on (an alias of ``prefer`` if there is one)."""
     outs = tensor_outs(bsym)
@@ -168,7 +159,7 @@ class _Placer:
         trace: TraceCtx,
         new_trace: TraceCtx,
         bsyms: list[BoundSymbol],
-        executors,
+        symbols: BarrierSymbols,
         comment: bool,
         previous: dict,
         remat_writes: frozenset[int] = frozenset(),
@@ -180,7 +171,7 @@ class _Placer:
         self.inputs = input_names(trace)
         self.info: AliasInfo = storage_groups(bsyms, self.inputs)
         self.mutated = self.info.mutated_groups
-        self.barrier_sym = _barrier_symbol(executors)
+        self.symbols = symbols
         self.comment = comment
         self.report = BarrierReport()
         self.remat_writes = remat_writes  # stripped indices of writes to guard (see place_barriers)
@@ -334,7 +325,7 @@ class _Placer:
         plan.reasons = [f"remat: {describe(lw.bsym)} runs once" for lw in writes.values()]
         self.pending_remat.clear()
         if plan.rename:
-            self.emit(plan, bsym)
+            self.emit(plan, bsym, pin=True)
 
     def order_write(self, g: str, bsym: BoundSymbol, effect, my_anc: int, plan: _Plan) -> None:
         """WAR/WAW: every access to ``g`` since its last write must reach this write."""
@@ -439,14 +430,15 @@ class _Placer:
 
     # -- making barriers ------------------------------------------------------------------------
 
-    def emit(self, plan: _Plan, before: BoundSymbol) -> None:
+    def emit(self, plan: _Plan, before: BoundSymbol, *, pin: bool = False) -> None:
         # A write's own output is a member of the written group: renaming it through the
         # barrier is honest about the data flow, so only foreign witnesses are dropped.
         kept = [w for w in plan.witnesses if w.name not in self.differentiable or self.info.group_of(w) in self.mutated]
         self.report.dropped_witnesses += len(plan.witnesses) - len(kept)
         if not plan.rename and not kept:
             return
-        barrier, outs = self.barrier([v for v, _ in plan.rename.values()], kept, before, plan.reasons)
+        symbol = self.symbols.pin if pin else self.symbols.ordering
+        barrier, outs = self.barrier(symbol, [v for v, _ in plan.rename.values()], kept, before, plan.reasons)
         b_anc = self.ancestry(barrier)
         for (v, cause), new in zip(plan.rename.values(), outs):
             self.bump(v, new, cause)
@@ -456,7 +448,7 @@ class _Placer:
         self.out.append(barrier)
         self.origin.append(-1)
 
-    def barrier(self, members: list[TensorProxy], witnesses: list[TensorProxy], before: BoundSymbol, reasons):
+    def barrier(self, symbol, members: list[TensorProxy], witnesses: list[TensorProxy], before: BoundSymbol, reasons):
         seen = {p.name for p in members}
         extra = []
         for w in witnesses:
@@ -470,7 +462,7 @@ class _Placer:
         else:
             with tracectx(self.new_trace):
                 outs = tuple(TensorProxy(like=p, requires_grad=p.requires_grad) for p in ins)
-        bsym = self.barrier_sym.bind(ins, output=outs)
+        bsym = symbol.bind(ins, output=outs)
         header = f"{BARRIER_TAG}: " + "; ".join(dict.fromkeys(reasons)) if self.comment else ""
         bsym = bsym.from_bsym(
             header=header,
@@ -481,27 +473,6 @@ class _Placer:
             bsym.tags.add(BoundSymbolTag.BACKWARD)
         self.report.barriers.append(BarrierRecord(list(reasons), before))
         return bsym, outs[: len(members)]
-
-
-def unguarded_writes(bsyms: Sequence[BoundSymbol], origin: Sequence[int], effects) -> set[int]:
-    """Writes whose outputs fusible bsyms read but no barrier or return does (by stripped index).
-
-    A fusion executor's rematerialization may move such a write into a consumer region and
-    run it twice; an output that a non-fusible bsym needs pins the write to its region.
-    """
-    pinned: set[str] = set()
-    fused_reads: set[str] = set()
-    for b in bsyms:
-        names = (p.name for p in b.flat_proxy_args)
-        (pinned if is_barrier(b) or is_return(b) else fused_reads).update(names)
-    out = set()
-    for b, j in zip(bsyms, origin):
-        if j < 0 or not effects[j].writes or has_tags(b, {BoundSymbolTag.BACKWARD}):
-            continue
-        outs = {p.name for p in tensor_outs(b)}
-        if outs & fused_reads and not outs & pinned:
-            out.add(j)
-    return out
 
 
 def place_barriers(
@@ -520,9 +491,11 @@ def place_barriers(
     pass, after autodiff; ``report.dropped_witnesses`` counts them.
 
     ``remat_guard`` (used at the fusion stage, where fusion executors rematerialize) makes
-    sure that the output of every forward write that a fusible bsym reads is also read by a
-    barrier or the return (:func:`unguarded_writes`), adding a barrier before the first
-    later read where no ordering barrier already does it.
+    sure that every forward write a fusion region could hold and another could recompute is
+    pinned: its output is also read by an unfused barrier or the return
+    (:mod:`thunder_ext.remat_guard`), with a barrier before the first later read where no
+    ordering barrier already does it.  ``executors`` also decides whether ordering barriers
+    are bound so that a fusion executor fuses them (``torch_compile_ex``).
     """
     from thunder_ext.dead_writes import dead_inplace_ops, remove_bsyms
 
@@ -530,11 +503,12 @@ def place_barriers(
     stripped, previous, resolved = strip_barriers(trace.bound_symbols)
     nstripped = sum(len(v) for v in previous.values())
     new_trace = from_trace(trace)
+    symbols = barrier_symbols(executors, stripped)
 
     def place(
         bsyms: list[BoundSymbol], remat: frozenset[int] = frozenset(), diff: frozenset[str] = frozenset()
     ) -> tuple[_Placer, list[BoundSymbol]]:
-        placer = _Placer(trace, new_trace, bsyms, executors, comment, previous, remat, diff, resolved)
+        placer = _Placer(trace, new_trace, bsyms, symbols, comment, previous, remat, diff, resolved)
         return placer, placer.run()
 
     placer, out = place(stripped)
@@ -550,7 +524,7 @@ def place_barriers(
     if remat_guard:
         # Guard barriers only add readers that pin writes, so this converges; bound it anyway.
         for _ in range(4):
-            need = unguarded_writes(out, placer.origin, placer.info.effects) - remat
+            need = unguarded_writes(out, placer.origin, placer.info.effects, symbols) - remat
             if not need:
                 break
             remat = remat | need

@@ -661,8 +661,14 @@ class SoakResult:
         return min(self.failures[signature], key=lambda p: (len(p.body), len(p.source)))
 
 
-def soak(max_examples: int, *, seed: int | None = None, on_program: Callable | None = None) -> SoakResult:
-    """Judge ``max_examples`` random programs without stopping at failures; group failures by signature."""
+def soak(
+    max_examples: int,
+    *,
+    seed: int | None = None,
+    on_program: Callable | None = None,
+    configs: Sequence[Config] = CONFIGS,
+) -> SoakResult:
+    """Judge ``max_examples`` random programs under ``configs`` without stopping at failures; group them by signature."""
     from hypothesis import HealthCheck, Phase, given, reject, settings
     from hypothesis import seed as hseed
 
@@ -678,7 +684,7 @@ def soak(max_examples: int, *, seed: int | None = None, on_program: Callable | N
     )
     @given(programs())
     def run(program: Program) -> None:
-        j = judge(program)
+        j = judge(program, configs)
         result.record(program, j)
         if on_program is not None:
             on_program(result, program, j)
@@ -691,9 +697,9 @@ def soak(max_examples: int, *, seed: int | None = None, on_program: Callable | N
     return result
 
 
-def fails_with(signature: str) -> Callable[[Program], bool]:
-    """A predicate: some cell of the program's judgement fails with ``signature``."""
-    return lambda p: any(c.signature() == signature for c in judge(p).failures)
+def fails_with(signature: str, configs: Sequence[Config] = CONFIGS) -> Callable[[Program], bool]:
+    """A predicate: some cell of the program's judgement under ``configs`` fails with ``signature``."""
+    return lambda p: any(c.signature() == signature for c in judge(p, configs).failures)
 
 
 def reduce(program: Program, still_fails: Callable[[Program], bool]) -> Program:

@@ -137,7 +137,8 @@ def final_traces(compiled) -> list[tuple[TraceCtx, TraceCtx | None]]:
 
 
 def barrier_count(trace: TraceCtx) -> int:
-    """Barriers at the top level of a trace (barriers are never fused)."""
+    """Barriers in a trace, inside fusion regions too (``torch_compile_ex`` fuses them)."""
+    from thunder_ext.checker import flatten_for_check
     from thunder_ext.op_kinds import is_barrier
 
-    return sum(1 for b in trace.bound_symbols if is_barrier(b))
+    return sum(1 for b in flatten_for_check(trace.bound_symbols) if is_barrier(b))

@@ -1,0 +1,152 @@
+"""The rematerialization guard: which barrier symbol to bind, and which writes need a pin.
+
+Fusion executors rematerialize (``thunder/core/rematerialization.py``): when one fusion
+region feeds another, the consumer may recompute producer values from the producer's inputs
+instead of receiving them.  Thunder does not exclude writes from that, and re-running a
+write is not idempotent.  A write is safe once its output is read by a bsym that no region
+holds (a *pin*: a barrier no fusion executor fuses, or the return), because the output is
+then needed outside its region.
+
+Whether barriers are fused decides where regions can break, so the two are chosen together
+(:func:`barrier_symbols`):
+
+* **Barriers never fused** (nvFuser has no ``update_aliases``; on a CPU the default
+  executors fuse nothing).  Barriers are bound as the operator executor's symbol, so they
+  need no later claiming, and every barrier separates regions.  A write and a fused reader
+  may then land in different regions, so every forward write that a fusible bsym reads gets
+  a pin (:func:`unguarded_writes`).
+* **Barriers fused** (``torch_compile_ex`` fuses ``prims.update_aliases``, and the trace
+  has no backward: the forward/backward split cuts the joint trace by data dependence and
+  recomputes what it cannot cut, so a region holding a forward write and backward bsyms
+  would run the write twice).  Ordering
+  barriers are bound as that prim and stay inside its regions, which keep trace order, so
+  they still order.  Regions can then only break at a bsym that executor cannot fuse and
+  that has fused bsyms both upstream and downstream (an *interior* bsym).  Without one,
+  every connected set of fusible bsyms becomes one region and nothing can be recomputed
+  across a region boundary, so no pin is needed; with one, the rule above applies, pins
+  being bound as the operator executor's symbol, which the fusing executor cannot take.
+
+Invariants:
+
+* the relaxed rule is used only when the trace has no backward and exactly one fusion
+  executor of the compilation can fuse anything in it, and that one fuses barriers;
+  otherwise the conservative rule applies;
+* a bsym whose fusibility cannot be decided (``can_fuse`` raises) counts as not fusible when
+  looking for interior bsyms, and as fusing when looking for other fusion executors, so
+  doubt always leads to more pins, never fewer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from thunder.core import prims
+from thunder.core.proxies import TensorProxy
+from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol, has_tags
+from thunder.extend import Executor, FusionExecutor, OperatorExecutor
+
+from thunder_ext.op_kinds import is_barrier, is_return, tensor_outs
+
+
+def claimed_barrier_symbol(executors: Sequence[Executor] | None) -> Symbol:
+    """The barrier as the compilation's operator executors would claim it (needs no further claiming)."""
+    for ex in executors or ():
+        if isinstance(ex, OperatorExecutor):
+            impl = ex.implmap.get(prims.PrimIDs.UPDATE_ALIASES)
+            if impl is not None and impl.symbol is not None and impl.execution_transform is None:
+                return impl.symbol
+    return prims.update_aliases
+
+
+def _fuses(ex: FusionExecutor, bsym: BoundSymbol, *, when_unknown: bool) -> bool:
+    try:
+        return bool(ex.can_fuse(bsym))
+    except Exception:  # an executor's checker may not expect every bsym
+        return when_unknown
+
+
+@dataclass(frozen=True)
+class BarrierSymbols:
+    """``ordering`` binds the barriers that order accesses, ``pin`` the remat pins.
+
+    ``fuser`` is the fusion executor that fuses ordering barriers, or None when none does.
+    """
+
+    ordering: Symbol
+    pin: Symbol
+    fuser: FusionExecutor | None = None
+
+    def fusible(self, bsym: BoundSymbol) -> bool:
+        """Whether ``bsym`` may end up inside a fusion region."""
+        if is_return(bsym):
+            return False
+        if self.fuser is None:
+            return not is_barrier(bsym)
+        return _fuses(self.fuser, bsym, when_unknown=False)
+
+
+def barrier_symbols(executors: Sequence[Executor] | None, bsyms: Sequence[BoundSymbol] = ()) -> BarrierSymbols:
+    """The symbols to bind barriers with at the fusion stage of a compilation using ``executors``."""
+    pin = claimed_barrier_symbol(executors)
+    probe_arg = next((p for b in bsyms for p in b.flat_proxy_args if isinstance(p, TensorProxy)), None)
+    # With a backward in the joint trace, a fused barrier would join forward and backward
+    # bsyms in one region, which the forward/backward split then duplicates, write included.
+    if probe_arg is None or any(has_tags(b, {BoundSymbolTag.BACKWARD}) for b in bsyms):
+        return BarrierSymbols(pin, pin)
+    probe = prims.update_aliases.bind((probe_arg,), output=(probe_arg,))
+    fusers = [ex for ex in executors or () if isinstance(ex, FusionExecutor)]
+    barrier_fusers = [ex for ex in fusers if _fuses(ex, probe, when_unknown=False)]
+    if len(barrier_fusers) != 1:
+        return BarrierSymbols(pin, pin)
+    (fuser,) = barrier_fusers
+    others_fuse = any(_fuses(ex, b, when_unknown=True) for ex in fusers if ex is not fuser for b in bsyms)
+    if others_fuse:
+        return BarrierSymbols(pin, pin)
+    return BarrierSymbols(prims.update_aliases, pin, fuser)
+
+
+def _has_interior_unfused(bsyms: Sequence[BoundSymbol], fusible: Sequence[bool]) -> bool:
+    """Whether a bsym outside every region has fusible bsyms both upstream and downstream of it."""
+    producer: dict[str, int] = {}
+    readers: dict[str, list[int]] = {}
+    for k, b in enumerate(bsyms):
+        for p in b.flat_proxy_args:
+            readers.setdefault(p.name, []).append(k)
+        for p in b.flat_proxy_outs:
+            producer.setdefault(p.name, k)
+    above = [False] * len(bsyms)  # a fusible bsym is a strict ancestor
+    for k, b in enumerate(bsyms):
+        above[k] = any(
+            (j := producer.get(p.name)) is not None and j != k and (fusible[j] or above[j]) for p in b.flat_proxy_args
+        )
+    below = [False] * len(bsyms)  # a fusible bsym is a strict descendant
+    for k in range(len(bsyms) - 1, -1, -1):
+        below[k] = any(
+            r != k and (fusible[r] or below[r]) for p in bsyms[k].flat_proxy_outs for r in readers.get(p.name, ())
+        )
+    return any(not f and a and d for f, a, d in zip(fusible, above, below))
+
+
+def unguarded_writes(
+    bsyms: Sequence[BoundSymbol], origin: Sequence[int], effects, symbols: BarrierSymbols
+) -> set[int]:
+    """Forward writes (by stripped index) that a fusible bsym reads and no pin does.
+
+    Empty when barriers are fused and no bsym can break a region (see the module docstring).
+    """
+    fusible = [symbols.fusible(b) for b in bsyms]
+    if symbols.fuser is not None and not _has_interior_unfused(bsyms, fusible):
+        return set()
+    pinned: set[str] = set()
+    fused_reads: set[str] = set()
+    for b, f in zip(bsyms, fusible):
+        (fused_reads if f else pinned).update(p.name for p in b.flat_proxy_args)
+    out = set()
+    for b, j in zip(bsyms, origin):
+        if j < 0 or not effects[j].writes or has_tags(b, {BoundSymbolTag.BACKWARD}):
+            continue
+        outs = {p.name for p in tensor_outs(b)}
+        if outs & fused_reads and not outs & pinned:
+            out.add(j)
+    return out
