@@ -12,7 +12,10 @@ invariants of ``shared/docs/inplace-ordering.md`` §4:
   mutated input.
 
 It works on traces at any stage: fusion regions (``sym.is_fusion``) are replaced by their
-subsymbols, which keep their data edges, and ``del`` bsyms are ignored.  It reuses the alias
+subsymbols, which keep their data edges, and ``del`` bsyms are ignored.  A region runs as a
+unit, so a bsym that reads one of its outputs depends on every bsym in it; inside a region,
+data edges between its own subsymbols are what counts (a value that rematerialization
+recomputes there, under the same name, is read from the region's own copy).  It reuses the alias
 analysis (:mod:`thunder_ext.alias_analysis`) and the liveness of
 :mod:`thunder_ext.dead_writes`, never the barrier placement.
 """
@@ -59,14 +62,19 @@ class TraceInvariantError(InplaceOrderingError):
 
 def flatten_for_check(bsyms) -> list[BoundSymbol]:
     """Top-level bsyms with fusion regions opened up and ``del`` dropped."""
-    out: list[BoundSymbol] = []
+    return [b for b, _ in flatten_with_regions(bsyms)]
+
+
+def flatten_with_regions(bsyms, region: BoundSymbol | None = None) -> list[tuple[BoundSymbol, BoundSymbol | None]]:
+    """Like :func:`flatten_for_check`, each bsym paired with the top-level fusion region holding it (or None)."""
+    out: list[tuple[BoundSymbol, BoundSymbol | None]] = []
     for b in bsyms:
         if b.sym.id == PrimIDs.DEL:
             continue
         if is_fusion(b):
-            out.extend(flatten_for_check(b.subsymbols))
+            out.extend(flatten_with_regions(b.subsymbols, region or b))
         else:
-            out.append(b)
+            out.append((b, region))
     return out
 
 
@@ -79,7 +87,8 @@ def _returns_flat_args(ret: BoundSymbol) -> bool:
 
 def verify(trace: TraceCtx) -> list[Violation]:
     """Every violation of the in-place ordering invariants in ``trace``."""
-    bsyms = flatten_for_check(trace.bound_symbols)
+    flat = flatten_with_regions(trace.bound_symbols)
+    bsyms = [b for b, _ in flat]
     inputs = input_names(trace)
     info = storage_groups(bsyms, inputs)
     violations: list[Violation] = []
@@ -91,17 +100,26 @@ def verify(trace: TraceCtx) -> list[Violation]:
         violations.append(Violation("return-not-last", top[ret_pos], after, "-"))
 
     mutated = info.mutated_groups
-    producer: dict[str, int] = {}
+    # A fusion region runs as a unit: whatever reads one of its outputs runs after every bsym
+    # in it, so a region output carries the ancestry of the whole region.  Inside a region, its
+    # own bsyms' outputs are read (rematerialization may recompute a value under the same name).
+    producer: dict[str, int] = {}  # top-level name -> producing bsym index
+    region_of_output: dict[str, int] = {}  # name a region outputs -> id(region)
+    region_anc: dict[int, int] = {}  # id(region) -> ancestry of all its bsyms so far
+    local: dict[int, dict[str, int]] = {}  # id(region) -> name -> producing bsym index
     anc: list[int] = []
     bits: dict[int, int] = {}  # bsym index -> access bit
     last_write: dict[str, int] = {}  # group -> bsym index
     epoch: dict[str, list[int]] = {}  # group -> accesses since last write (incl. it)
-    for i, b in enumerate(bsyms):
+    for i, (b, region) in enumerate(flat):
+        scope = local.setdefault(id(region), {}) if region is not None else {}
         a = 0
         for p in b.flat_proxy_args:
-            j = producer.get(p.name)
+            j = scope.get(p.name, producer.get(p.name))
             if j is not None:
                 a |= anc[j]
+            elif p.name in region_of_output:
+                a |= region_anc[region_of_output[p.name]]
         effect = info.effects[i]
         groups = accessed_groups(info, b, effect) & mutated
         write_groups = {info.group_of(w) for w in effect.writes}
@@ -126,8 +144,16 @@ def verify(trace: TraceCtx) -> list[Violation]:
                 else:
                     epoch.setdefault(g, []).append(i)
         anc.append(a)
-        for p in b.flat_proxy_outs:
-            producer.setdefault(p.name, i)
+        if region is None:
+            for p in b.flat_proxy_outs:
+                producer.setdefault(p.name, i)
+        else:
+            region_anc[id(region)] = region_anc.get(id(region), 0) | a
+            region_outs = {p.name for p in region.flat_proxy_outs}
+            for p in b.flat_proxy_outs:
+                scope[p.name] = i
+                if p.name in region_outs:
+                    region_of_output.setdefault(p.name, id(region))
 
     rets = [i for i, b in enumerate(bsyms) if is_return(b)]
     if rets and _returns_flat_args(bsyms[rets[-1]]):

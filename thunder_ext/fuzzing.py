@@ -42,7 +42,8 @@ as generated (when any input requires grad) and once with none.  A cell passes w
   numbers is a failure.
 
 A crash (any other exception) is a failure, unless plain Thunder (no transform,
-``consecutive``) crashes with the same exception type in the same grad mode: then the cell
+``consecutive``, the cell's executors) crashes with the same exception type in the same grad
+mode: then the cell
 is *out of scope* (a Thunder limitation, not the transform's).  A program all of whose cells
 are out of scope is rejected by the test.
 
@@ -59,7 +60,8 @@ import math
 import re
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -603,17 +605,21 @@ def judge_cell(build: Builder, config: Config, grad: bool, baseline: Callable[[]
 
 
 def judge_builders(builders: Mapping[bool, Builder], configs: Sequence[Config] = CONFIGS) -> Judgement:
-    """Judge every config in every grad mode; ``builders`` maps grad mode to a builder."""
+    """Judge every config in every grad mode; ``builders`` maps grad mode to a builder.
+
+    The plain-Thunder baseline of a cell uses the cell's executors (an Inductor crash is
+    ``torch_compile_ex``'s, not the default executors').
+    """
     cells = []
     for grad, build in builders.items():
-        plain: list = []
+        plain: dict[str, object] = {}
 
-        def baseline(build=build, plain=plain):
-            if not plain:
-                plain.append(differential(build, PLAIN_BASELINE))
-            return plain[0]
+        def baseline(executors: str, build=build, plain=plain):
+            if executors not in plain:
+                plain[executors] = differential(build, replace(PLAIN_BASELINE, executors=executors))
+            return plain[executors]
 
-        cells += [judge_cell(build, c, grad, baseline) for c in configs]
+        cells += [judge_cell(build, c, grad, partial(baseline, c.executors)) for c in configs]
     return Judgement(cells)
 
 
@@ -623,12 +629,14 @@ def judge(program: Program, configs: Sequence[Config] = CONFIGS) -> Judgement:
     return judge_builders({g: program.builder(g) for g in modes}, configs)
 
 
-def judge_function(fn: Callable, make_args: Callable[[bool], tuple], *, grad_modes=(False, True)) -> Judgement:
+def judge_function(
+    fn: Callable, make_args: Callable[[bool], tuple], *, grad_modes=(False, True), configs: Sequence[Config] = CONFIGS
+) -> Judgement:
     """The verdict rule over a hand-written function (regression tests).
 
     ``make_args(grad)`` returns fresh inputs; with ``grad=False`` none may require grad.
     """
-    return judge_builders({g: (lambda g=g: (fn, make_args(g), {})) for g in grad_modes})
+    return judge_builders({g: (lambda g=g: (fn, make_args(g), {})) for g in grad_modes}, configs)
 
 
 # -- the soak ------------------------------------------------------------------------------
