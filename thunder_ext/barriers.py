@@ -550,7 +550,8 @@ def insert_barriers(trace: TraceCtx, *, executors: Sequence[Executor] | None = N
     """Return a copy of ``trace`` whose data edges alone order every access to mutated storage.
 
     Existing ``update_aliases`` barriers are replaced, dead in-place ops are removed, and the
-    return stays last.  ``executors``, when given, picks the barrier symbol the compilation's
-    executors would claim (used at the fusion stage).
+    return stays last.  ``executors``, when given, picks the barrier symbol for the
+    compilation's executors (one they claim, or one ``torch_compile_ex`` fuses; used at the
+    fusion stage, see :mod:`thunder_ext.remat_guard`).
     """
     return place_barriers(trace, executors=executors)[0]
