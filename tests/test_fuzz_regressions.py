@@ -258,7 +258,6 @@ def read_then_setitem_under_remat(a, b):
     t1 = a[:2]
     b[0] = -0.5  # the functional setitem is recomputed inside the next region
     t0.exp_()
-    t2 = a[:2]
     return (t1, t0)
 
 

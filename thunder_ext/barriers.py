@@ -45,7 +45,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from thunder.core import prims
 from thunder.core.proxies import TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
