@@ -289,3 +289,21 @@ def test_copy_input_into_input_then_write():
     plain = Config(transform=False, executors="torch_compile", check=False)
     verdict = differential(lambda: (copy_input_into_input_then_write, _copy_args(False), {}), plain)
     assert verdict.status == "wrong", verdict.detail
+
+
+# -- default-executors soak finding (scripts/soak.py --examples 500 --seed 2026) ---------------
+
+
+def input_returned_with_running_var_rewritten(a, rm, rv):
+    t0 = rv.tanh()
+    t1 = a.sum(0)
+    t2 = F.batch_norm(a, rm, rv, training=True, momentum=0.1)
+    t0[1:] = 0.5
+    rv.tanh_()  # eager's batch_norm saved rv: its backward refuses (the documented exception)
+    return (a, t0, t2)
+
+
+def test_input_returned_with_running_var_rewritten():
+    """The documented exception holds when an output is an input that requires grad (was judged
+    'missed-refusal': the no-grad eager reference asked that input for a backward)."""
+    assert_matches_eager(input_returned_with_running_var_rewritten, lambda g: (_x(g), *_stats()))

@@ -560,8 +560,9 @@ def _eager_stricter(build: Builder, v) -> bool:
 
     torch.manual_seed(0)
     fn, args, state = build()
-    with torch.no_grad():
-        forward = execute(fn, [_clone(a) for a in args], state)
+    # Detached inputs: no autograd at all (under no_grad alone, a returned input that requires
+    # grad would still ask for a backward).
+    forward = execute(fn, [_clone(a).detach() if isinstance(a, torch.Tensor) else a for a in args], state)
     if forward.error is not None:
         return False
     try:
