@@ -415,3 +415,37 @@ def test_transform_touches_no_global_state():
             cfg = Config(transform=True, fusion_type="dataflow", entry=entry, check=True)
             assert differential(by_name(name).build, cfg).status == "correct"
     assert _global_snapshot() == before
+
+
+# -- where fusion regions can break (remat_guard) ----------------------------------------------
+
+
+def _node(args: str, outs: str):
+    from types import SimpleNamespace
+
+    names = lambda s: [SimpleNamespace(name=n) for n in s.split()]  # noqa: E731
+    return SimpleNamespace(flat_proxy_args=names(args), flat_proxy_outs=names(outs))
+
+
+def test_region_breaks_consecutive_by_position():
+    """Under consecutive fusion an unfusible bsym between fusible ones breaks a region, data edges or not."""
+    from thunder_ext.remat_guard import _between_fused
+
+    assert _between_fused([False, True, False, True, False])
+    assert not _between_fused([False, True, True, False])
+    assert not _between_fused([False, False])
+
+
+def test_region_breaks_dataflow_only_between_fused_by_data():
+    """Under dataflow fusion only an unfusible bsym with fusible bsyms up- and downstream breaks a region."""
+    from thunder_ext.remat_guard import _has_interior_unfused
+
+    # a -> W -> N(unfused) -> R : N separates W and R.
+    chain = [_node("a", "w"), _node("w", "n"), _node("n", "r")]
+    assert _has_interior_unfused(chain, [True, False, True])
+    # N reads an input only and feeds R: nothing fusible upstream of it.
+    side = [_node("a", "w"), _node("b", "n"), _node("w n", "r")]
+    assert not _has_interior_unfused(side, [True, False, True])
+    # N reads W but nothing fusible reads N (like the return).
+    tail = [_node("a", "w"), _node("w", "r"), _node("w r", "")]
+    assert not _has_interior_unfused(tail, [True, True, False])

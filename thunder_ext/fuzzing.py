@@ -43,9 +43,8 @@ as generated (when any input requires grad) and once with none.  A cell passes w
 
 A crash (any other exception) is a failure, unless plain Thunder (no transform,
 ``consecutive``, the cell's executors) crashes with the same exception type in the same grad
-mode: then the cell
-is *out of scope* (a Thunder limitation, not the transform's).  A program all of whose cells
-are out of scope is rejected by the test.
+mode: then the cell is *out of scope* (a Thunder limitation, not the transform's).  A program
+all of whose cells are out of scope is rejected by the test.
 
 :func:`soak` judges many programs without stopping at the first failure and groups the
 failures by :meth:`Cell.signature`; :func:`reduce` deletes lines from a failing program

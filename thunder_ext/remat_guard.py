@@ -18,13 +18,15 @@ Whether barriers are fused decides where regions can break, so the two are chose
 * **Barriers fused** (``torch_compile_ex`` fuses ``prims.update_aliases``, and the trace
   has no backward: the forward/backward split cuts the joint trace by data dependence and
   recomputes what it cannot cut, so a region holding a forward write and backward bsyms
-  would run the write twice).  Ordering
-  barriers are bound as that prim and stay inside its regions, which keep trace order, so
-  they still order.  Regions can then only break at a bsym that executor cannot fuse and
-  that has fused bsyms both upstream and downstream (an *interior* bsym).  Without one,
-  every connected set of fusible bsyms becomes one region and nothing can be recomputed
-  across a region boundary, so no pin is needed; with one, the rule above applies, pins
-  being bound as the operator executor's symbol, which the fusing executor cannot take.
+  would run the write twice).  Ordering barriers are bound as that prim and stay inside its
+  regions, which keep trace order, so they still order.  Regions can then only break at a
+  bsym that executor cannot fuse: under consecutive fusion, one that stands between fusible
+  bsyms in trace order; under dataflow fusion, one with fusible bsyms both upstream and
+  downstream of it in the data graph.  Without such a bsym the fusible bsyms of a
+  consecutive run, or of a connected part of the data graph, become one region, nothing can
+  be recomputed across a region boundary, and no pin is needed.  With one, the rule above
+  applies, pins being bound as the operator executor's symbol, which the fusing executor
+  cannot take.
 
 Invariants:
 
@@ -42,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from thunder.core import prims
+from thunder.core.compile_data import get_compile_data
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol, has_tags
 from thunder.extend import Executor, FusionExecutor, OperatorExecutor
@@ -76,6 +79,7 @@ class BarrierSymbols:
     ordering: Symbol
     pin: Symbol
     fuser: FusionExecutor | None = None
+    dataflow: bool = False  # the compilation's fusion_type; unknown counts as consecutive
 
     def fusible(self, bsym: BoundSymbol) -> bool:
         """Whether ``bsym`` may end up inside a fusion region."""
@@ -103,7 +107,16 @@ def barrier_symbols(executors: Sequence[Executor] | None, bsyms: Sequence[BoundS
     others_fuse = any(_fuses(ex, b, when_unknown=True) for ex in fusers if ex is not fuser for b in bsyms)
     if others_fuse:
         return BarrierSymbols(pin, pin)
-    return BarrierSymbols(prims.update_aliases, pin, fuser)
+    cd = get_compile_data()
+    dataflow = cd is not None and cd.compile_options.get("fusion_type") == "dataflow"
+    return BarrierSymbols(prims.update_aliases, pin, fuser, dataflow)
+
+
+def _between_fused(fusible: Sequence[bool]) -> bool:
+    """Whether an unfusible bsym stands between fusible ones in trace order (consecutive fusion)."""
+    first = next((k for k, f in enumerate(fusible) if f), None)
+    last = next((k for k in range(len(fusible) - 1, -1, -1) if fusible[k]), None)
+    return first is not None and any(not f for f in fusible[first:last])
 
 
 def _has_interior_unfused(bsyms: Sequence[BoundSymbol], fusible: Sequence[bool]) -> bool:
@@ -136,8 +149,10 @@ def unguarded_writes(
     Empty when barriers are fused and no bsym can break a region (see the module docstring).
     """
     fusible = [symbols.fusible(b) for b in bsyms]
-    if symbols.fuser is not None and not _has_interior_unfused(bsyms, fusible):
-        return set()
+    if symbols.fuser is not None:
+        can_break = _has_interior_unfused(bsyms, fusible) if symbols.dataflow else _between_fused(fusible)
+        if not can_break:
+            return set()
     pinned: set[str] = set()
     fused_reads: set[str] = set()
     for b, f in zip(bsyms, fusible):
