@@ -107,6 +107,7 @@ def verify(trace: TraceCtx) -> list[Violation]:
     region_of_output: dict[str, int] = {}  # name a region outputs -> id(region)
     region_anc: dict[int, int] = {}  # id(region) -> ancestry of all its bsyms so far
     local: dict[int, dict[str, int]] = {}  # id(region) -> name -> producing bsym index
+    region_outs: dict[int, set[str]] = {}  # id(region) -> names it outputs
     anc: list[int] = []
     bits: dict[int, int] = {}  # bsym index -> access bit
     last_write: dict[str, int] = {}  # group -> bsym index
@@ -149,10 +150,11 @@ def verify(trace: TraceCtx) -> list[Violation]:
                 producer.setdefault(p.name, i)
         else:
             region_anc[id(region)] = region_anc.get(id(region), 0) | a
-            region_outs = {p.name for p in region.flat_proxy_outs}
+            if id(region) not in region_outs:
+                region_outs[id(region)] = {p.name for p in region.flat_proxy_outs}
             for p in b.flat_proxy_outs:
                 scope[p.name] = i
-                if p.name in region_outs:
+                if p.name in region_outs[id(region)]:
                     region_of_output.setdefault(p.name, id(region))
 
     rets = [i for i, b in enumerate(bsyms) if is_return(b)]

@@ -61,6 +61,7 @@ class Verdict:
     detail: str = ""
     eager_error: BaseException | None = None
     outcome: Outcome | None = None
+    eager: Outcome | None = None  # the eager run it was compared with, when the compiled run returned
 
     @property
     def ok(self) -> bool:
@@ -174,8 +175,8 @@ def differential(build: Builder, config: Config, *, eager: Outcome | None = None
     try:
         _assert_same(got, eager)
     except AssertionError as e:
-        return Verdict("wrong", " ".join(str(e).split())[:300], None, got)
-    return Verdict("correct", "", None, got)
+        return Verdict("wrong", " ".join(str(e).split())[:300], None, got, eager)
+    return Verdict("correct", "", None, got, eager)
 
 
 def error_in_chain(e: BaseException | None, cls: type) -> BaseException | None:
