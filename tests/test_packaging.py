@@ -7,7 +7,8 @@
   from the repository root, the source ``thunder_ext/`` (which has no ``transforms``
   subpackage) would shadow the installed one.
 * The README's "Set-up" section holds exactly two commands, and ``.ci/run`` runs the
-  second one (the test suite) and nothing else.
+  second one (the test suite), then the Thunder ``main`` lane (``.ci/thunder-main``), which
+  runs the same suite against Thunder main and nothing else.
 """
 
 from __future__ import annotations
@@ -81,8 +82,18 @@ def test_ci_runs_the_readme_test_command():
     cmds = ci_commands()
     assert cmds[0] == "set -euo pipefail"
     assert re.fullmatch(r'cd "\$\(dirname "\$0"\)/\.\."', cmds[1]), cmds[1]
-    assert cmds[2:] == [readme_test_command()], "the only command after the cd must be the README's test command"
+    assert cmds[2:] == [readme_test_command(), "bash .ci/thunder-main"], (
+        "after the cd: the README's test command, then the Thunder main lane"
+    )
     subprocess.run(["bash", "-n", str(CI_RUN)], check=True)
+
+
+def test_thunder_main_lane_runs_the_whole_suite():
+    lane = CI_RUN.parent / "thunder-main"
+    subprocess.run(["bash", "-n", str(lane)], check=True)
+    cmds = [ln.strip() for ln in lane.read_text().splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    assert cmds[-1] == ".venv-main/bin/python -m pytest", "the lane runs the same suite, unfiltered"
+    assert "set -euo pipefail" in cmds
 
 
 # -- the wheel ----------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from thunder_ext.checker import TraceInvariantError, Violation, assert_valid, ve
 from thunder_ext.integration import fusion_stage_traces, final_traces, last_reports
 from thunder_ext.errors import (
     InplaceOrderingError,
+    InputAliasError,
     OverwriteGradientError,
     SavedTensorMutationError,
     UnorderableAccessError,
@@ -15,6 +16,7 @@ __all__ = [
     "CheckReport",
     "InplaceBarrierTransform",
     "InplaceOrderingError",
+    "InputAliasError",
     "OverwriteGradientError",
     "SavedTensorMutationError",
     "TraceInvariantError",

@@ -8,9 +8,13 @@ Invariants:
 
 * groups only grow: an edge that might alias is an edge (reshape counts, even though it
   sometimes copies), so two proxies in different groups never share memory;
-* inputs are distinct storages.  Thunder merges aliasing inputs before any transform runs
-  (``replace_args_with_alias_map``), so by the time a trace reaches us the only aliasing
-  between inputs it knows of is already expressed as a reshape or a plain substitution.
+* inputs are distinct storages unless the caller says otherwise (``aliased_inputs``).
+  Thunder 0.2.6 merges aliasing inputs before any transform runs
+  (``replace_args_with_alias_map``), so there the only aliasing between inputs it knows of
+  is already expressed as a reshape or a plain substitution.  Thunder ``main`` keeps
+  aliasing inputs whose element counts differ (``f(x, x[0, 0])``) as separate arguments;
+  the transform reads which ones alias from Thunder's cache info
+  (:mod:`thunder_ext.input_aliases`) and passes them here, and each such set is one group.
 """
 
 from __future__ import annotations
@@ -94,10 +98,20 @@ class AliasInfo:
         return {self.group_of(n) for n in self.inputs}
 
 
-def storage_groups(bsyms: Sequence[BoundSymbol], inputs: Iterable[str] = ()) -> AliasInfo:
-    """Classify every bsym and union the proxies that may share storage."""
+def storage_groups(
+    bsyms: Sequence[BoundSymbol], inputs: Iterable[str] = (), aliased_inputs: Iterable[Iterable[str]] = ()
+) -> AliasInfo:
+    """Classify every bsym and union the proxies that may share storage.
+
+    ``aliased_inputs``: sets of input names that share storage at run time.
+    """
     groups = StorageGroups()
     effects = []
+    for names in aliased_inputs:
+        names = list(names)
+        for n in names:
+            groups.add(n)
+            groups.union(n, names[0])
     for bsym in bsyms:
         e = effect_of(bsym)
         effects.append(e)

@@ -164,11 +164,12 @@ class _Placer:
         remat_writes: frozenset[int] = frozenset(),
         differentiable: frozenset[str] = frozenset(),
         resolved: dict[str, str] | None = None,
+        aliased_inputs: tuple[frozenset[str], ...] = (),
     ):
         self.new_trace, self.bsyms = new_trace, bsyms
         self.previous = {k: list(v) for k, v in previous.items()}
         self.inputs = input_names(trace)
-        self.info: AliasInfo = storage_groups(bsyms, self.inputs)
+        self.info: AliasInfo = storage_groups(bsyms, self.inputs, aliased_inputs)
         self.mutated = self.info.mutated_groups
         self.symbols = symbols
         self.comment = comment
@@ -189,9 +190,17 @@ class _Placer:
                     self.proxies.setdefault(p.name, p)
         self.members = {g: m for g, m in self.info.groups.members().items() if g in self.mutated}
         self.writes_at: dict[str, list[int]] = {}
-        for k, e in enumerate(self.info.effects):
+        self.position: dict[int, int] = {}  # id(bsym) -> stripped index
+        # name -> index of the first forward bsym that reads its data (class 6 needs a read
+        # *before* the write; a value first read after it is what the backward gets anyway).
+        self.first_forward_read: dict[str, int] = {}
+        for k, (b, e) in enumerate(zip(bsyms, self.info.effects)):
+            self.position[id(b)] = k
             for w in e.writes:
                 self.writes_at.setdefault(self.info.group_of(w), []).append(k)
+            if not (e.is_view or e.is_barrier or has_tags(b, {BoundSymbolTag.BACKWARD})):
+                for p in tensor_args(b):
+                    self.first_forward_read.setdefault(p.name, k)
 
         self.defined: set[str] = set(self.inputs)
         self.swap: dict = {}
@@ -296,11 +305,16 @@ class _Placer:
                 self.pending_remat[g] = self.last_write[g]
 
     def note_backward_reads(self, bsym: BoundSymbol) -> None:
-        # A backward read of a name that a forward write made stale wants the value saved
-        # before the write (class 6); renaming would silently read the new one.
+        # A backward read of a name that a forward write made stale may want the value the
+        # forward read before the write (class 6); renaming would silently read the new one.
+        # If the forward read that name only after the write, the new value is the one saved.
         for p in tensor_args(bsym):
             by = self.renamed_by.get(variableify(p))
-            if by is not None and not has_tags(by, {BoundSymbolTag.BACKWARD}):
+            if (
+                by is not None
+                and not has_tags(by, {BoundSymbolTag.BACKWARD})
+                and self.first_forward_read.get(p.name, len(self.bsyms)) < self.position.get(id(by), len(self.bsyms))
+            ):
                 self.report.backward_reads_of_forward_writes.append((by, bsym))
 
     def pin_pending_writes(self, i: int, bsym: BoundSymbol) -> None:
@@ -481,6 +495,7 @@ def place_barriers(
     comment: bool = True,
     remat_guard: bool = False,
     differentiable: frozenset[str] = frozenset(),
+    aliased_inputs: tuple[frozenset[str], ...] = (),
 ) -> tuple[TraceCtx, BarrierReport]:
     """The full pass, returning the new trace and a report of what it did.
 
@@ -495,6 +510,9 @@ def place_barriers(
     (:mod:`thunder_ext.remat_guard`), with a barrier before the first later read where no
     ordering barrier already does it.  ``executors`` also decides whether ordering barriers
     are bound so that a fusion executor fuses them (``torch_compile_ex``).
+
+    ``aliased_inputs`` names sets of inputs that share storage at run time (Thunder ``main``
+    passes ``f(x, x[0, 0])`` as two arguments; :mod:`thunder_ext.input_aliases`).
     """
     from thunder_ext.dead_writes import dead_inplace_ops, remove_bsyms
 
@@ -507,7 +525,7 @@ def place_barriers(
     def place(
         bsyms: list[BoundSymbol], remat: frozenset[int] = frozenset(), diff: frozenset[str] = frozenset()
     ) -> tuple[_Placer, list[BoundSymbol]]:
-        placer = _Placer(trace, new_trace, bsyms, symbols, comment, previous, remat, diff, resolved)
+        placer = _Placer(trace, new_trace, bsyms, symbols, comment, previous, remat, diff, resolved, aliased_inputs)
         return placer, placer.run()
 
     placer, out = place(stripped)
@@ -545,12 +563,18 @@ def place_barriers(
     return new_trace, report
 
 
-def insert_barriers(trace: TraceCtx, *, executors: Sequence[Executor] | None = None) -> TraceCtx:
+def insert_barriers(
+    trace: TraceCtx,
+    *,
+    executors: Sequence[Executor] | None = None,
+    aliased_inputs: tuple[frozenset[str], ...] = (),
+) -> TraceCtx:
     """Return a copy of ``trace`` whose data edges alone order every access to mutated storage.
 
     Existing ``update_aliases`` barriers are replaced, dead in-place ops are removed, and the
     return stays last.  ``executors``, when given, picks the barrier symbol for the
     compilation's executors (one they claim, or one ``torch_compile_ex`` fuses; used at the
-    fusion stage, see :mod:`thunder_ext.remat_guard`).
+    fusion stage, see :mod:`thunder_ext.remat_guard`).  ``aliased_inputs``: sets of input
+    names that share storage at run time.
     """
-    return place_barriers(trace, executors=executors)[0]
+    return place_barriers(trace, executors=executors, aliased_inputs=aliased_inputs)[0]

@@ -22,6 +22,7 @@ analysis (:mod:`thunder_ext.alias_analysis`) and the liveness of
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from thunder.core.proxies import TensorProxy
@@ -85,12 +86,16 @@ def _returns_flat_args(ret: BoundSymbol) -> bool:
     return isinstance(arg, dict) and "flat_args" in arg
 
 
-def verify(trace: TraceCtx) -> list[Violation]:
-    """Every violation of the in-place ordering invariants in ``trace``."""
+def verify(trace: TraceCtx, *, aliased_inputs: Iterable[Iterable[str]] = ()) -> list[Violation]:
+    """Every violation of the in-place ordering invariants in ``trace``.
+
+    ``aliased_inputs``: sets of input names that share storage at run time (see
+    :func:`thunder_ext.input_aliases.aliased_inputs`).
+    """
     flat = flatten_with_regions(trace.bound_symbols)
     bsyms = [b for b, _ in flat]
     inputs = input_names(trace)
-    info = storage_groups(bsyms, inputs)
+    info = storage_groups(bsyms, inputs, aliased_inputs)
     violations: list[Violation] = []
 
     top = trace.bound_symbols
@@ -177,9 +182,9 @@ def format_report(violations: list[Violation]) -> str:
     return "\n".join(f"  {v}" for v in violations)
 
 
-def assert_valid(trace: TraceCtx, *, stage: str = "trace") -> None:
+def assert_valid(trace: TraceCtx, *, stage: str = "trace", aliased_inputs: Iterable[Iterable[str]] = ()) -> None:
     """Raise :class:`TraceInvariantError` listing every violation in ``trace``, if any."""
-    violations = verify(trace)
+    violations = verify(trace, aliased_inputs=aliased_inputs)
     if violations:
         raise TraceInvariantError(
             f"thunder_ext check failed on the {stage}: {len(violations)} violation(s)\n" + format_report(violations)

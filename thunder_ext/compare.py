@@ -77,6 +77,36 @@ def _clone(x):
     return x
 
 
+def clone_args(args: Sequence) -> list:
+    """Fresh copies of ``args`` that keep the aliasing between them.
+
+    Tensors that share a storage (``f(x, x[0])``, class 7) are rebuilt as views of one
+    cloned storage with their own sizes, strides and offsets; every other tensor is cloned
+    on its own.
+    """
+
+    def key(a):
+        return a.untyped_storage().data_ptr() if isinstance(a, torch.Tensor) and a.layout is torch.strided else None
+
+    counts: dict = {}
+    for a in args:
+        if key(a) is not None:
+            counts[key(a)] = counts.get(key(a), 0) + 1
+    storages: dict = {}
+    out = []
+    for a in args:
+        k = key(a)
+        if k is None or counts[k] == 1:
+            out.append(_clone(a))
+            continue
+        if k not in storages:
+            storages[k] = a.untyped_storage().clone()
+        view = torch.empty(0, dtype=a.dtype, device=a.device)
+        view.set_(storages[k], a.storage_offset(), a.size(), a.stride())
+        out.append(view.requires_grad_(a.requires_grad))
+    return out
+
+
 def _flat_tensors(x) -> list[torch.Tensor]:
     from torch.utils._pytree import tree_flatten
 
@@ -156,14 +186,14 @@ def differential(build: Builder, config: Config, *, eager: Outcome | None = None
     torch.manual_seed(0)
     fn, args, state = build()
     if eager is None:
-        eager = execute(fn, [_clone(a) for a in args], state)
+        eager = execute(fn, clone_args(args), state)
     torch.manual_seed(0)
     fn, args, state = build()
     try:
         compiled = compile_fn(fn, config)
     except Exception as e:  # a compile-time failure is a crash
         return Verdict("crash", _one_line(e), eager.error)
-    got = execute(compiled, [_clone(a) for a in args], state)
+    got = execute(compiled, clone_args(args), state)
     got.compiled = compiled
     if got.error is None and config.entry == "thunderfx" and not compiled._backend.subgraph_infos:
         got.error = RuntimeError("ThunderFX compiled no subgraph: the function ran in eager")

@@ -30,3 +30,7 @@ class SavedTensorMutationError(InplaceOrderingError):
 
 class OverwriteGradientError(InplaceOrderingError):
     """A ``copy_`` of a value without gradient over a tensor that carries one (Thunder drops the zero grad)."""
+
+
+class InputAliasError(InplaceOrderingError):
+    """Class 7: two inputs share storage in a way Thunder's input-alias substitution gets wrong (raised per call)."""

@@ -259,3 +259,80 @@ def by_name(name: str) -> Program:
         if p.name == name:
             return p
     raise KeyError(name)
+
+
+# -- class 7: inputs that alias each other ---------------------------------------------------
+#
+# Each builder passes the same storage twice.  Thunder ``main`` keeps two arguments whose
+# element counts differ as separate proxies in one alias group; 0.2.6 substitutes one for
+# the other and fails to reshape (see the README's class 7 entry and tests/test_input_aliases.py).
+
+
+def alias_write_view_read_base(a, b):
+    b.add_(1)  # b is a view of a
+    return a * 2
+
+
+def alias_write_base_read_view(a, b):
+    a.mul_(2)
+    return b + 1
+
+
+def alias_same_tensor(a, b):
+    a.add_(1)  # a and b are the same tensor
+    return b * 3
+
+
+def alias_write_view_grad_elsewhere(a, b, w):
+    b.add_(1)
+    return a * w  # the gradient flows to w only, through the mutated base
+
+
+def alias_write_grad_into_view(a, b, w):
+    b.add_(w)  # a gradient flows into a's storage through b
+    return a * 2
+
+
+def alias_disjoint_rows(a, b):
+    a.add_(1)  # a and b are different rows of one tensor
+    return b * 2
+
+
+def _aliased(fn, base_shape, view, *extra_grad_shapes, base=torch.zeros):
+    def build():
+        x = base(*base_shape)
+        return fn, (x, view(x), *(_t(*s, grad=True) for s in extra_grad_shapes)), {}
+
+    return build
+
+
+INPUT_ALIAS_PROGRAMS: tuple[Program, ...] = (
+    Program("alias_scalar_view", _aliased(alias_write_view_read_base, (3, 4), lambda x: x[0, 0]), "7 input alias"),
+    Program("alias_row_view", _aliased(alias_write_view_read_base, (3, 4), lambda x: x[1]), "7 input alias"),
+    Program(
+        "alias_column_view",
+        _aliased(alias_write_base_read_view, (3, 4), lambda x: x[:, 1], base=torch.randn),
+        "7 input alias",
+    ),
+    Program("alias_same_tensor", _aliased(alias_same_tensor, (3, 4), lambda x: x), "7 input alias"),
+    Program(
+        "alias_view_grad_elsewhere",
+        _aliased(alias_write_view_grad_elsewhere, (3, 4), lambda x: x[0, 0], (3, 4)),
+        "7 input alias",
+        grad=True,
+    ),
+    Program(
+        "alias_grad_into_view",
+        _aliased(alias_write_grad_into_view, (3, 4), lambda x: x[1], (4,)),
+        "5 input alias",
+        grad=True,
+        refused=True,
+    ),
+    Program(
+        "alias_disjoint_rows",
+        lambda: (alias_disjoint_rows, (lambda x: (x[0], x[1]))(torch.zeros(2, 4)), {}),
+        "7 input alias substituted",
+        plain_fails=True,
+        refused=True,
+    ),
+)

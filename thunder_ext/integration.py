@@ -40,6 +40,9 @@ class StageReports:
     before_autodiff: BarrierReport | None = None
     fusion_stage: BarrierReport | None = None
     fusion_stage_trace: TraceCtx | None = None
+    # Inputs that share storage in the call being compiled (thunder_ext.input_aliases); set
+    # before autodiff, read by the fusion-stage pass of the same compilation.
+    aliased_inputs: tuple[frozenset[str], ...] = ()
 
 
 _REPORTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -66,7 +69,10 @@ class BarrierStage(FusionExecutor):
     def fusion_pass(self, trace: TraceCtx) -> TraceCtx:
         cd = get_compile_data()
         executors = tuple(cd.executors_list) if cd is not None else None
-        new, report = place_barriers(trace, executors=executors, comment=self.comment, remat_guard=True)
+        aliased = reports_for(cd).aliased_inputs if cd is not None else ()
+        new, report = place_barriers(
+            trace, executors=executors, comment=self.comment, remat_guard=True, aliased_inputs=aliased
+        )
         if report.backward_reads_of_forward_writes:
             write, read = report.backward_reads_of_forward_writes[0]
             raise SavedTensorMutationError(
@@ -78,7 +84,7 @@ class BarrierStage(FusionExecutor):
         if self.check:
             from thunder_ext.checker import assert_valid
 
-            assert_valid(new, stage="fusion stage (joint trace)")
+            assert_valid(new, stage="fusion stage (joint trace)", aliased_inputs=aliased)
         if cd is not None:
             rep = reports_for(cd)
             rep.fusion_stage, rep.fusion_stage_trace = report, new

@@ -22,6 +22,7 @@ from thunder.core.compile_data import get_compile_data
 from thunder.core.trace import TraceCtx
 
 from thunder_ext.barriers import place_barriers
+from thunder_ext.input_aliases import aliased_inputs, guard_substituted_aliases
 from thunder_ext.integration import install_barrier_stage, reports_for
 from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients
 
@@ -38,8 +39,11 @@ class InplaceBarrierTransform(thunder.Transform):
 
     def transform_traces_pre_prologue(self, prologue_trace, computation_trace, epilogue_trace, **kwargs):
         install_barrier_stage(check=self.check, comment=self.comment)
+        aliased = aliased_inputs(computation_trace)
         diff = differentiable_names(computation_trace)
-        new, report = place_barriers(computation_trace, comment=self.comment, differentiable=frozenset(diff))
+        new, report = place_barriers(
+            computation_trace, comment=self.comment, differentiable=frozenset(diff), aliased_inputs=aliased
+        )
         if diff:
             refuse_unsupported_gradients(computation_trace, new, report, diff)
         if self.check and not report.dropped_witnesses:
@@ -47,15 +51,18 @@ class InplaceBarrierTransform(thunder.Transform):
             # which is checked there.
             from thunder_ext.checker import assert_valid
 
-            assert_valid(new, stage="before autodiff")
+            assert_valid(new, stage="before autodiff", aliased_inputs=aliased)
         cd = get_compile_data()
         if cd is not None:
-            reports_for(cd).before_autodiff = report
-        return prologue_trace, new, epilogue_trace
+            reports = reports_for(cd)
+            reports.before_autodiff, reports.aliased_inputs = report, aliased
+        return guard_substituted_aliases(prologue_trace, computation_trace), new, epilogue_trace
 
     def transform_trace_post_optimization(self, computation_trace: TraceCtx, **kwargs) -> TraceCtx:
         if self.check:
             from thunder_ext.checker import assert_valid
 
-            assert_valid(computation_trace, stage="final trace")
+            cd = get_compile_data()
+            aliased = reports_for(cd).aliased_inputs if cd is not None else ()
+            assert_valid(computation_trace, stage="final trace", aliased_inputs=aliased)
         return computation_trace
