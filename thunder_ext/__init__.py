@@ -4,6 +4,7 @@ from thunder_ext.barriers import insert_barriers, place_barriers
 from thunder_ext.checker import TraceInvariantError, Violation, assert_valid, verify
 from thunder_ext.integration import fusion_stage_traces, final_traces, last_reports
 from thunder_ext.errors import (
+    GradInputWriteError,
     InplaceOrderingError,
     InputAliasError,
     OverwriteGradientError,
@@ -15,6 +16,7 @@ from thunder_ext.errors import (
 __all__ = [
     "CheckReport",
     "InplaceBarrierTransform",
+    "GradInputWriteError",
     "InplaceOrderingError",
     "InputAliasError",
     "OverwriteGradientError",

@@ -34,3 +34,11 @@ class OverwriteGradientError(InplaceOrderingError):
 
 class InputAliasError(InplaceOrderingError):
     """Class 7: two inputs share storage in a way Thunder's input-alias substitution gets wrong (raised per call)."""
+
+
+class GradInputWriteError(InplaceOrderingError):
+    """Class 9: a write in place to an input that requires grad, whose value the outputs depend on.
+
+    Thunder cannot give the caller's tensor the history of the write (what ``ctx.mark_dirty``
+    does in an ``autograd.Function``), and drops every gradient path through that input.
+    """

@@ -26,7 +26,7 @@ from thunder.core.trace import TraceCtx
 
 from thunder_ext.alias_analysis import input_names, storage_groups
 from thunder_ext.barriers import BarrierReport, strip_barriers
-from thunder_ext.errors import OverwriteGradientError, ViewGradientError
+from thunder_ext.errors import GradInputWriteError, OverwriteGradientError, ViewGradientError
 from thunder_ext.op_kinds import effect_of, is_copy, is_return, tensor_args
 
 
@@ -35,6 +35,7 @@ def refuse_unsupported_gradients(before: TraceCtx, after: TraceCtx, report: Barr
     refuse_view_gradients(report, diff)
     refuse_returned_input_with_new_history(after, diff)
     refuse_gradless_overwrite(before, diff)
+    refuse_written_grad_inputs(before)
 
 
 def refuse_view_gradients(report: BarrierReport, diff: set[str]) -> None:
@@ -120,4 +121,48 @@ def refuse_gradless_overwrite(trace: TraceCtx, diff: set[str]) -> None:
                 "gives the overwritten inputs a zero gradient, Thunder loses it. Use a new tensor instead "
                 "of copying into one that requires grad",
                 bsym,
+            )
+
+
+def _returned_outputs(trace: TraceCtx) -> list[TensorProxy]:
+    """The tensors the function returns (the ``output`` entry of Thunder's wrapped return)."""
+    ret = trace.bound_symbols[-1] if trace.bound_symbols else None
+    if ret is None or not is_return(ret) or not ret.args:
+        return []
+    value = ret.args[0].get("output") if isinstance(ret.args[0], dict) else ret.args
+    return [p for p in tree_flatten(value)[0] if isinstance(p, TensorProxy)]
+
+
+def refuse_written_grad_inputs(trace: TraceCtx) -> None:
+    """Class 9: refuse a write to an input that requires grad when an output depends on that input.
+
+    Thunder treats a written input as a gradient sink: the call returns outputs without the
+    history that leads back to it (``t = x + 1; x.add_(1); return t`` returns a ``t`` that does
+    not require grad), where eager gives the caller's tensor a gradient.  An output that does
+    not depend on the written input keeps its gradients, so that case is let through.
+    """
+    bsyms = strip_barriers(trace.bound_symbols)[0]
+    grad_inputs = [a for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad]
+    if not grad_inputs:
+        return
+    info = storage_groups(bsyms, input_names(trace))
+    outputs = _returned_outputs(trace)
+    for x in grad_inputs:
+        write = next((b for b, e in zip(bsyms, info.effects) if any(info.group_of(w) == info.group_of(x) for w in e.writes)), None)
+        if write is None:
+            continue
+        # Everything computed from x's storage, before or after the write.
+        reach = {m for m in (p.name for b in bsyms for p in b.flat_proxy_args) if info.group_of(m) == info.group_of(x)}
+        for b in bsyms:
+            if not is_return(b) and any(p.name in reach for p in b.flat_proxy_args):
+                reach.update(p.name for p in b.flat_proxy_outs)
+        hit = next((o for o in outputs if o.name in reach), None)
+        if hit is not None:
+            raise GradInputWriteError(
+                f"the function writes in place to the input `{x.name}`, which requires grad, and the output "
+                f"`{hit.name}` depends on it. Thunder cannot give the caller's tensor the autograd history of the "
+                "write, and would silently drop every gradient through it (eager propagates them). Clone the "
+                f"input before writing to it (`{x.name} = {x.name}.clone()`), or write outside the compiled function",
+                write,
+                trace.bound_symbols[-1],
             )
