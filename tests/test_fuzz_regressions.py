@@ -356,3 +356,32 @@ def test_lost_zero_cotangents_torch_compile():
 def test_lost_zero_cotangents():
     """With the default executors the same program matches eager, with and without grad."""
     assert_matches_eager(lost_zero_cotangents, lambda g: (_x(False), _x(g), _x(g)))
+
+
+# -- issue 9, finding 3: a running-stat write ordered only through a differentiable witness ----
+
+
+def batch_norm_stats_then_unrelated_output(x0, x1, rm, rv):
+    t1 = rv.softmax(dim=-1)
+    t1.zero_()
+    t2 = t1 * rv
+    t3 = x1.clone()
+    t4 = x1.t()
+    t5 = t2 - rm  # noqa: F841
+    t6 = F.batch_norm(t3, rm, rv, training=True, momentum=0.1)  # noqa: F841
+    t9 = t4 + t4  # noqa: F841
+    t10 = rv.cos()  # reads rv after batch_norm wrote it
+    return (t10,)
+
+
+def test_batch_norm_stats_then_unrelated_output():
+    """Before autodiff, the only witness of batch_norm's write is its output, which carries gradients:
+    the pass left that order to the fusion stage but still demanded it at the return, and raised
+    UnorderableAccessError.  Plain Thunder crashes here (the return is not last)."""
+    def build():
+        return batch_norm_stats_then_unrelated_output, (_x(True), _x(True), *_stats()), {}
+
+    for fusion_type in ("consecutive", "dataflow"):
+        for executors in ("default", "torch_compile"):
+            verdict = differential(build, Config(fusion_type=fusion_type, executors=executors, check=True))
+            assert verdict.status == "correct", f"{fusion_type}/{executors}: {verdict.status}: {verdict.detail}"

@@ -434,6 +434,11 @@ class _Placer:
     def check_inputs_reached(self, ret_anc: int) -> None:
         for g in self.info.input_groups:
             lw = self.last_write.get(g)
+            if lw is not None and lw.witness is not None and self.dropped(lw.witness):
+                # The witness that would order it carries gradients: this order is the
+                # fusion-stage pass's job (see place_barriers), which checks it there.
+                self.report.dropped_witnesses += 1
+                continue
             if lw is not None and not (ret_anc >> lw.bit) & 1:
                 raise UnorderableAccessError(
                     "this write mutates an input, but the return references no member of its storage, "
@@ -443,10 +448,14 @@ class _Placer:
 
     # -- making barriers ------------------------------------------------------------------------
 
-    def emit(self, plan: _Plan, before: BoundSymbol, *, pin: bool = False) -> None:
+    def dropped(self, witness: TensorProxy) -> bool:
+        """Whether a barrier must not consume ``witness`` (it carries gradients; before autodiff only)."""
         # A write's own output is a member of the written group: renaming it through the
         # barrier is honest about the data flow, so only foreign witnesses are dropped.
-        kept = [w for w in plan.witnesses if w.name not in self.differentiable or self.info.group_of(w) in self.mutated]
+        return witness.name in self.differentiable and self.info.group_of(witness) not in self.mutated
+
+    def emit(self, plan: _Plan, before: BoundSymbol, *, pin: bool = False) -> None:
+        kept = [w for w in plan.witnesses if not self.dropped(w)]
         self.report.dropped_witnesses += len(plan.witnesses) - len(kept)
         if not plan.rename and not kept:
             return
