@@ -348,6 +348,15 @@ def table(rows: list[dict], device: str) -> str:
     return "\n".join(out)
 
 
+def _write_json(ns: argparse.Namespace, nvf: bool, rows: list[dict]) -> None:
+    import thunder
+
+    with open(ns.json, "w") as f:
+        json.dump({"torch": torch.__version__, "thunder": thunder.__version__, "device": ns.device,
+                   "nvfuser": nvf, "size": ns.size, "iters": ns.iters, "warmup": ns.warmup, "rows": rows},
+                  f, indent=2, default=str)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -390,8 +399,14 @@ def main(argv: list[str] | None = None) -> int:
     for b in benches:
         for config in ns.configs:
             t0 = time.perf_counter()
-            row = measure(b, config, ns)
+            try:
+                row = measure(b, config, ns)
+            except Exception as e:  # noqa: BLE001 - e.g. eager itself failing, out of memory
+                row = {"program": b.name, "config": config, "eager": _err(e), "regions": _err(e),
+                       "launches": _err(e), "us": _err(e)}
             rows.append(row)
+            if ns.json:  # after every row: a run stopped by a time limit keeps what it measured
+                _write_json(ns, nvf, rows)
             print(f"  {b.name} / {config}: {row['eager']}, {_fmt(row['us'], '.1f')} us "
                   f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     print(table(rows, ns.device))
@@ -399,9 +414,6 @@ def main(argv: list[str] | None = None) -> int:
     for b in benches:
         print(f"- `{b.name}`: {b.what}")
     if ns.json:
-        with open(ns.json, "w") as f:
-            json.dump({"torch": torch.__version__, "thunder": thunder.__version__, "device": ns.device,
-                       "nvfuser": nvf, "size": ns.size, "rows": rows}, f, indent=2, default=str)
         print(f"\nwrote {ns.json}")
     return 0
 
