@@ -130,3 +130,35 @@ def test_guard_lets_harmless_aliasing_through(fn):
     jf = thunder.jit(fn, fusion_type="dataflow", transforms=[InplaceBarrierTransform(check=True)])
     torch.testing.assert_close(jf(x[0], x[1]), expected)
     torch.testing.assert_close(x, expected_x)
+
+
+class RunningMeanNormaliser(torch.nn.Module):
+    """ThunderFX sends ``detach`` to an Inductor graph, so the Thunder subgraph receives ``x`` and
+    ``x.detach()`` as two inputs that alias, one requiring grad: the merge loses the gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(4))
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x):
+        m = x.detach().mean(0)
+        self.count.add_(1)
+        self.mean.add_((m - self.mean) / self.count)
+        return (x - self.mean) * 2
+
+
+def _normaliser_build():
+    module = RunningMeanNormaliser()
+    return module, (torch.randn(3, 4, requires_grad=True),), {"mean": module.mean, "count": module.count}
+
+
+@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
+def test_thunderfx_detach_alias_is_refused(fusion_type: str):
+    """A tensor and its detach() merged by Thunder's substitution: plain Thunder gets it wrong, the transform refuses."""
+    plain = differential(_normaliser_build, Config(transform=False, fusion_type=fusion_type, entry="thunderfx", check=False))
+    assert plain.status in ("wrong", "crash"), f"{plain.status}: {plain.detail}"
+    verdict = differential(_normaliser_build, Config(fusion_type=fusion_type, entry="thunderfx", check=True))
+    assert verdict.status == "refused", f"{verdict.status}: {verdict.detail}"
+    err = error_in_chain(verdict.outcome.error, InputAliasError)
+    assert err is not None and "detach()" in str(err)
