@@ -4,7 +4,7 @@
     python scripts/soak.py --examples 2000 --seed 7 --shrink
     python scripts/soak.py --executors torch_compile   # the cells with executors=[torch_compile_ex]
 
-Prints how many programs ran, how many were out of scope (a Thunder limitation in every
+Prints how many programs ran, how many were out of scope (a documented Thunder limitation in every
 cell), the verdict counts per cell, and every distinct failure with the smallest program
 that showed it (``--shrink`` asks hypothesis for a minimal one).  Exit status 1 on any failure.
 """

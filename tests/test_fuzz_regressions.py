@@ -385,3 +385,33 @@ def test_batch_norm_stats_then_unrelated_output():
         for executors in ("default", "torch_compile"):
             verdict = differential(build, Config(fusion_type=fusion_type, executors=executors, check=True))
             assert verdict.status == "correct", f"{fusion_type}/{executors}: {verdict.status}: {verdict.detail}"
+
+
+# -- the verdict rule itself ------------------------------------------------------------------
+
+
+def nonzero_then_scale(x):
+    n = torch.nonzero(x > 0)  # Thunder cannot trace data-dependent output shapes
+    return (x * 2, n)
+
+
+def test_crash_shared_with_plain_thunder_is_still_a_failure():
+    """Issue 9: a crash plain Thunder shares used to be 'out of scope'; only documented limits are exempt now."""
+    from thunder_ext.fuzzing import judge_function
+
+    j = judge_function(nonzero_then_scale, lambda g: (_x(False),), grad_modes=(False,))
+    assert [c.verdict for c in j.cells] == ["crash"] * len(j.cells)
+    assert all("[plain thunder: crash]" in c.detail for c in j.cells)
+
+
+def test_documented_crashes_are_recognised():
+    from thunder_ext.fuzzing import documented_crash
+
+    cycle = RuntimeError("Detected a cycle while swapping; the cycle includes {...}")
+    wrapped = RuntimeError("InterpreterError while tracing")
+    wrapped.__cause__ = cycle
+    assert documented_crash(wrapped) == "class 8: Thunder's alias pass inside autograd.Function"
+    reshape = RuntimeError("Attempting to reshape a.shape=(3, 4) to shape=(), but a.numel=12 is different from the number of elements in shape, 1")
+    assert documented_crash(reshape).startswith("class 7")
+    assert documented_crash(RuntimeError("some other failure")) is None
+    assert documented_crash(None) is None
