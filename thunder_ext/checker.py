@@ -1,7 +1,7 @@
 """The checker: every ordering hazard in a trace, stated independently of the barrier logic.
 
 ``verify(trace)`` reads program order as the order of the bound symbols and checks the
-invariants of ``shared/docs/inplace-ordering.md`` §4:
+invariants of ``docs/design.md`` (*Invariants*):
 
 * **ordering**: every two accesses to one storage group, at least one a write, are ordered
   by data edges (reported as RAW, WAR or WAW);
@@ -32,6 +32,7 @@ from thunder_ext.alias_analysis import accessed_groups, input_names, storage_gro
 from thunder_ext.dead_writes import dead_inplace_ops
 from thunder_ext.errors import InplaceOrderingError
 from thunder_ext.op_kinds import PrimIDs, describe, is_fusion, is_return
+from thunder_ext.validation import require_trace
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ def _returns_flat_args(ret: BoundSymbol) -> bool:
 
 def verify(trace: TraceCtx) -> list[Violation]:
     """Every violation of the in-place ordering invariants in ``trace``."""
+    require_trace(trace, "verify")
     flat = flatten_with_regions(trace.bound_symbols)
     bsyms = [b for b, _ in flat]
     inputs = input_names(trace)
@@ -179,6 +181,7 @@ def format_report(violations: list[Violation]) -> str:
 
 def assert_valid(trace: TraceCtx, *, stage: str = "trace") -> None:
     """Raise :class:`TraceInvariantError` listing every violation in ``trace``, if any."""
+    require_trace(trace, "assert_valid")
     violations = verify(trace)
     if violations:
         raise TraceInvariantError(
