@@ -238,7 +238,7 @@ def test_cli_exit_status_follows_report_safe(monkeypatch, capsys):
     unsafe = check(grad_through_view, x.requires_grad_(), fusion_types=("dataflow",))
     assert not unsafe.safe
     monkeypatch.setattr(doctor, "check", lambda *a, **k: unsafe)
-    assert check_main(["thunder_ext.gallery:war_long_chain", "-i", "3,float32"]) == 1
+    assert check_main(["thunder_ext.gallery:war_long_chain", "-i", "3,float32", "-i", "3,float32"]) == 1
     assert capsys.readouterr().out.startswith("UNSAFE")
 
 
