@@ -49,7 +49,12 @@ def quiet_upstream_noise() -> None:
     """
     # thunder/executors/transformer_engineex.py warns at `import thunder` when the optional
     # transformer_engine package is absent.
-    warnings.filterwarnings("ignore", message="transformer_engine module not found", category=UserWarning)
+    warnings.filterwarnings(
+        "ignore",
+        message="transformer_engine module not found",
+        category=UserWarning,
+        module=r"thunder\.executors\.transformer_engineex",
+    )
     # torch/utils/cpp_extension.py logs (a logging WARNING, not a warning) at its import, which
     # ThunderFX triggers, whenever a CUDA_HOME exists but no CUDA device does.
     logging.getLogger("torch.utils.cpp_extension").addFilter(_DropMessage("No CUDA runtime is found"))
