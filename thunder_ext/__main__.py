@@ -3,7 +3,8 @@
 Every program runs under ``fusion_type="dataflow"`` with the default executors, through
 ``thunder.jit``, and is compared with eager PyTorch.  Exit status 1 if any program is wrong
 (or crashes) with the transform.  ``python -m thunder_ext check ...`` checks a function of
-yours; see ``python -m thunder_ext check --help``.
+yours; see ``python -m thunder_ext check --help``.  ``THUNDER_EXT_LOGS=1`` (or ``debug``) logs
+what the transform does: barriers with their reasons, dead writes removed, refusals.
 """
 
 from __future__ import annotations
