@@ -58,11 +58,11 @@ def markdown(header: list[str], rows: list[list]) -> str:
 
 
 def _trace_counts(verdict) -> dict | None:
-    from thunder_ext.integration import barrier_count, final_traces
+    from thunder_ext.integration import barrier_count, collect_final_traces
 
     if verdict.outcome is None or verdict.outcome.compiled is None or verdict.status not in ("correct", "wrong"):
         return None
-    traces = final_traces(verdict.outcome.compiled)
+    traces = collect_final_traces(verdict.outcome.compiled)
     if not traces:
         return None
 

@@ -35,6 +35,10 @@ def war(x, w):
 
 def noisy(x):
     return x + torch.rand_like(x)
+
+
+def broken(x, w):
+    return x @ w  # (4, 3) @ (4, 3): the user's own shape bug
 """
 
 
@@ -238,7 +242,7 @@ def test_cli_exit_status_follows_report_safe(monkeypatch, capsys):
     unsafe = check(grad_through_view, x.requires_grad_(), fusion_types=("dataflow",))
     assert not unsafe.safe
     monkeypatch.setattr(doctor, "check", lambda *a, **k: unsafe)
-    assert check_main(["thunder_ext.gallery:war_long_chain", "-i", "3,float32"]) == 1
+    assert check_main(["thunder_ext.gallery:war_long_chain", "-i", "3,float32", "-i", "3,float32"]) == 1
     assert capsys.readouterr().out.startswith("UNSAFE")
 
 
@@ -279,3 +283,64 @@ def test_cli_subprocess_bad_spec_exits_2(tmp_path):
     assert p.returncode == 2
     assert p.stdout == ""
     assert "unknown dtype 'float33'" in p.stderr.strip().splitlines()[-1]
+
+
+# -- the user's own bug is not the transform's ------------------------------------------------
+
+
+def _broken(x, w):
+    return x @ w
+
+
+def test_function_failing_in_eager_is_not_unsafe():
+    x, w = _inputs((4, 3), (4, 3))
+    r = check(_broken, x, w, fusion_types=("dataflow",))
+    assert r.status == "eager-error" and r.eager_fails and not r.safe
+    assert r.verdict.startswith("ERROR IN YOUR FUNCTION: it raises in eager PyTorch (RuntimeError: mat1 and mat2")
+    assert "UNSAFE" not in str(r) and "even with the transform" not in str(r)
+    assert "eager-error" in repr(r)
+
+
+def test_eager_refusal_matched_by_the_transform_stays_safe():
+    # eager raises here too, but the transform refuses the same way: not the user's bug to report
+    (x,) = _inputs((4, 3), grad=True)
+    r = check(write_saved_for_backward, x, fusion_types=("dataflow",))
+    assert r.eager_error is not None and r.status == "safe" and not r.eager_fails
+
+
+def test_cli_eager_failure_exits_2(tmp_path, capsys):
+    f = tmp_path / "hazard.py"
+    f.write_text(HAZARD_FILE)
+    rc = check_main([f"{f}:broken", "-i", "4,3,float32", "-i", "4,3,float32", "--fusion-type", "dataflow"])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert out.startswith("ERROR IN YOUR FUNCTION")
+    assert err.startswith(f"python -m thunder_ext check: error: {f}:broken raises in eager PyTorch on these inputs")
+
+
+@pytest.mark.parametrize("inputs, got", [([], 0), (["-i", "3,float32"], 1), (["-i", "3,float32"] * 3, 3)])
+def test_cli_wrong_number_of_inputs_is_a_usage_error(inputs, got, tmp_path, capsys):
+    f = tmp_path / "hazard.py"
+    f.write_text(HAZARD_FILE)
+    with pytest.raises(SystemExit) as exc:
+        check_main([f"{f}:war", *inputs])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"python -m thunder_ext check: error: {f}:war takes 2 tensor argument(s) (x, w) but got {got} --input")
+
+
+def test_table_has_a_legend(war_report):
+    text = str(war_report)
+    legend = text[text.index("columns:"):]
+    for header in ("configuration", "result", "violations", "barriers", "detail"):
+        assert f"  {header}: " in legend
+    assert "correct by luck" in legend
+    assert "<dt>violations</dt>" in war_report._repr_html_()
+
+
+def test_long_details_are_wrapped_not_cut(war_report):
+    plain = war_report.row("plain-dataflow-default-jit")
+    assert len(plain.detail) > 200  # the full assert_close message
+    text = str(war_report)
+    assert "..." not in text[: text.index("columns:")]
+    assert plain.detail.split()[-1] in text

@@ -3,19 +3,68 @@
 Every program runs under ``fusion_type="dataflow"`` with the default executors, through
 ``thunder.jit``, and is compared with eager PyTorch.  Exit status 1 if any program is wrong
 (or crashes) with the transform.  ``python -m thunder_ext check ...`` checks a function of
-yours; see ``python -m thunder_ext check --help``.
+yours; see ``python -m thunder_ext check --help``.  ``THUNDER_EXT_LOGS=1`` (or ``debug``) logs
+what the transform does: barriers with their reasons, dead writes removed, refusals.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
+import textwrap
 import warnings
+
+# What the main table's columns mean, printed under it.
+LEGEND = (
+    ("class", "the failure class of docs/design.md the program exercises (1 dead in-place op, 2 read after a write "
+              "(through a composite), 3 write after read, 4 copy_ exposed by a decomposition, 5 gradient through "
+              "a view of a mutated tensor, 6 forward write to a value saved for backward); '2+4' is both; "
+              "no number: not a failure class, a case the transform must keep right"),
+    ("plain thunder / with transform", "the compiled run against eager PyTorch: correct, wrong (other numbers, "
+              "no error), crash, or refused (a documented thunder_ext error; 'eager too' when eager PyTorch "
+              "raises as well)"),
+    ("barriers before", "update_aliases barriers in plain Thunder's final forward and backward traces "
+              "(Thunder's own alias pass); '-' when the run crashed"),
+    ("barriers after", "barriers in the final traces with the transform: it replaces Thunder's and keeps "
+              "only those that data edges need; '-' when the run was refused"),
+    ("dead writes removed", "dead in-place ops the transform removed, before autodiff and at the fusion stage"),
+)
+WIDTH = 100
+
+
+class _DropMessage(logging.Filter):
+    """Drops one known upstream log message, by its start; every other record passes."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefix)
+
+
+def quiet_upstream_noise() -> None:
+    """Silence the upstream messages every run prints and no user can act on; only in our entry points.
+
+    Called before Thunder is imported (``import thunder_ext`` does not import it).
+    """
+    # thunder/executors/transformer_engineex.py warns at `import thunder` when the optional
+    # transformer_engine package is absent.
+    warnings.filterwarnings(
+        "ignore",
+        message="transformer_engine module not found",
+        category=UserWarning,
+        module=r"thunder\.executors\.transformer_engineex",
+    )
+    # torch/utils/cpp_extension.py logs (a logging WARNING, not a warning) at its import, which
+    # ThunderFX triggers, whenever a CUDA_HOME exists but no CUDA device does.
+    logging.getLogger("torch.utils.cpp_extension").addFilter(_DropMessage("No CUDA runtime is found"))
 
 
 def gallery_table(*, entry: str = "jit", executors: str = "default") -> tuple[list[dict], bool]:
     from thunder_ext.compare import Config, differential
     from thunder_ext.gallery import PROGRAMS
-    from thunder_ext.integration import barrier_count, final_traces, last_reports
+    from thunder_ext.integration import barrier_count, collect_final_traces, collect_reports
 
     rows, all_ok = [], True
     for prog in PROGRAMS:
@@ -30,10 +79,10 @@ def gallery_table(*, entry: str = "jit", executors: str = "default") -> tuple[li
             row[f"{label}_detail"] = v.detail
             barriers, dead = "-", "-"
             if v.outcome is not None and v.outcome.compiled is not None and v.status in ("correct", "wrong"):
-                traces = final_traces(v.outcome.compiled)
+                traces = collect_final_traces(v.outcome.compiled)
                 barriers = str(sum(barrier_count(fw) + (barrier_count(bw) if bw else 0) for fw, bw in traces))
                 if transform:
-                    reps = last_reports(v.outcome.compiled)
+                    reps = collect_reports(v.outcome.compiled)
                     dead = str(
                         sum(len(r.before_autodiff.dead_writes) if r.before_autodiff else 0 for r in reps)
                         + sum(len(r.fusion_stage.dead_writes) if r.fusion_stage else 0 for r in reps)
@@ -62,12 +111,31 @@ def print_table(rows: list[dict]) -> None:
     print("  ".join(h.ljust(w) for (_, h), w in zip(cols, widths)))
     print("  ".join("-" * w for w in widths))
     for r in rows:
-        print("  ".join(str(r.get(k, "")).ljust(w) for (k, _), w in zip(cols, widths)))
+        print("  ".join(str(r.get(k, "")).ljust(w) for (k, _), w in zip(cols, widths)).rstrip())
+
+
+def legend_lines(width: int = WIDTH) -> list[str]:
+    out = ["columns:"]
+    for k, v in LEGEND:
+        out.extend(textwrap.wrap(f"{k}: {v}", width, initial_indent="  ", subsequent_indent="      "))
+    return out
+
+
+def detail_lines(rows: list[dict], width: int = WIDTH) -> list[str]:
+    """Why each run that is not correct failed, wrapped, never cut."""
+    out = []
+    for r in rows:
+        for label in ("plain", "transform"):
+            if r[label] != "correct" and r[f"{label}_detail"]:
+                head = f"{r['program']} [{label}]: "
+                out.extend(textwrap.wrap(head + r[f"{label}_detail"], width, subsequent_indent="    ",
+                                         break_long_words=False, break_on_hyphens=False))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    warnings.filterwarnings("ignore", message="transformer_engine module not found")
+    quiet_upstream_noise()
     if argv and argv[0] == "check":
         from thunder_ext.cli import check_main
 
@@ -79,10 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     rows, ok = gallery_table()
     print_table(rows)
     print()
-    for r in rows:
-        for label in ("plain", "transform"):
-            if r[label] not in ("correct",) and r[f"{label}_detail"]:
-                print(f"{r['program']} [{label}]: {r[f'{label}_detail']}")
+    print("\n".join(legend_lines()))
+    print()
+    print("\n".join(detail_lines(rows)))
     good = sum(r["transform"] == "correct" or r["transform"].startswith("refused") for r in rows)
     print(f"\n{'OK' if ok else 'FAILED'}: {good}/{len(rows)} programs correct or refused as documented with the transform")
     return 0 if ok else 1

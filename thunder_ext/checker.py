@@ -1,7 +1,7 @@
 """The checker: every ordering hazard in a trace, stated independently of the barrier logic.
 
 ``verify(trace)`` reads program order as the order of the bound symbols and checks the
-invariants of ``shared/docs/inplace-ordering.md`` §4:
+invariants of ``docs/design.md`` (*Invariants*):
 
 * **ordering**: every two accesses to one storage group, at least one a write, are ordered
   by data edges (reported as RAW, WAR or WAW);
@@ -33,6 +33,7 @@ from thunder_ext.alias_analysis import accessed_groups, input_names, storage_gro
 from thunder_ext.dead_writes import dead_inplace_ops
 from thunder_ext.errors import InplaceOrderingError
 from thunder_ext.op_kinds import PrimIDs, describe, is_fusion, is_return
+from thunder_ext.validation import require_trace
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ def verify(trace: TraceCtx, *, aliased_inputs: Iterable[Iterable[str]] = ()) -> 
     ``aliased_inputs``: sets of input names that share storage at run time (see
     :func:`thunder_ext.input_aliases.aliased_inputs`).
     """
+    require_trace(trace, "verify")
     flat = flatten_with_regions(trace.bound_symbols)
     bsyms = [b for b, _ in flat]
     inputs = input_names(trace)
@@ -184,6 +186,7 @@ def format_report(violations: list[Violation]) -> str:
 
 def assert_valid(trace: TraceCtx, *, stage: str = "trace", aliased_inputs: Iterable[Iterable[str]] = ()) -> None:
     """Raise :class:`TraceInvariantError` listing every violation in ``trace``, if any."""
+    require_trace(trace, "assert_valid")
     violations = verify(trace, aliased_inputs=aliased_inputs)
     if violations:
         raise TraceInvariantError(

@@ -5,7 +5,9 @@
 
 Each ``--input`` is one positional tensor argument, built from a seeded ``torch.Generator``
 (``randn`` for floating dtypes, ``randint(0, 4)`` for integer ones, ``randint(0, 2)`` for bool).
-Exit status 0 when the function is safe with the transform, 1 when it is not, 2 on a usage error.
+Exit status 0 when the function is safe with the transform, 1 when it is not, 2 on a usage
+error: bad arguments, a number of ``--input``s the function cannot take, or a function that
+fails in eager PyTorch on these inputs (then the report is printed too).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 from dataclasses import dataclass
@@ -44,7 +47,9 @@ examples:
   python -m thunder_ext check my_model.py:step --input 4,3,float32,grad --input 3,float32
   python -m thunder_ext check mypkg.ops:update_cache --input 6,4,float32 --input 2,4,float32 --fusion-type dataflow
 
-exit status: 0 if the function is safe with InplaceBarrierTransform, 1 if it is not, 2 on a usage error.
+exit status: 0 if the function is safe with InplaceBarrierTransform, 1 if it is not, 2 on a usage
+error (bad arguments, the wrong number of --input for the function, or a function that raises in
+eager PyTorch on these inputs).
 """
 
 
@@ -176,6 +181,7 @@ def check_main(argv: list[str]) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
     fn = load_function(ns.target, parser)
+    check_arity(fn, ns.target, len(ns.inputs), parser)
     gen = torch.Generator().manual_seed(ns.seed)
     args = [spec.make(gen) for spec in ns.inputs]
 
@@ -186,4 +192,32 @@ def check_main(argv: list[str]) -> int:
     report = check(fn, *args, fusion_types=fusion_types, entries=entries)
     report.function = ns.target
     print(report)
+    if report.status == "eager-error":
+        # The user's function (or the inputs we drew for it) is at fault, not the transform.
+        print(
+            f"{parser.prog}: error: {ns.target} raises in eager PyTorch on these inputs "
+            f"({type(report.eager_error).__name__}: {report.eager_error}); fix the function or its --input specs",
+            file=sys.stderr,
+        )
+        return 2
     return 0 if report.safe else 1
+
+
+def check_arity(fn, target: str, given: int, parser: argparse.ArgumentParser) -> None:
+    """A usage error unless ``fn`` takes ``given`` positional tensors (one per ``--input``)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins without a signature: let the call decide
+        return
+    try:
+        sig.bind(*range(given))
+    except TypeError as e:
+        params = [
+            p.name for p in sig.parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        ]
+        wants = f"{len(params)} tensor argument(s) ({', '.join(params)})" if params else "other arguments"
+        parser.error(
+            f"{target} takes {wants} but got {given} --input ({e}); "
+            "pass one --input SPEC per tensor argument, e.g. --input 4,3,float32"
+        )

@@ -178,7 +178,7 @@ def _assert_same(got: Outcome, exp: Outcome) -> None:
 
 def _one_line(e: BaseException) -> str:
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{type(e).__name__}: {first}"[:300]
+    return f"{type(e).__name__}: {first}"
 
 
 def differential(build: Builder, config: Config, *, eager: Outcome | None = None) -> Verdict:
@@ -205,7 +205,7 @@ def differential(build: Builder, config: Config, *, eager: Outcome | None = None
     try:
         _assert_same(got, eager)
     except AssertionError as e:
-        return Verdict("wrong", " ".join(str(e).split())[:300], None, got, eager)
+        return Verdict("wrong", " ".join(str(e).split()), None, got, eager)
     return Verdict("correct", "", None, got, eager)
 
 

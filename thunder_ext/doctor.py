@@ -14,11 +14,13 @@ luck without the transform.
     >>> report = thunder_ext.check(fn, x, w)
     >>> print(report)          # a table, with a one-line verdict on top
     >>> report.safe            # True iff every run with the transform agrees with eager
+    >>> report.status          # 'safe', 'unsafe', or 'eager-error' (fn fails in eager PyTorch)
 """
 
 from __future__ import annotations
 
 import html
+import textwrap
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +30,22 @@ import torch
 from thunder_ext.compare import Config, Outcome, Verdict, _clone, differential, execute
 
 FUSION_TYPES = ("consecutive", "dataflow")
+ENTRIES = ("jit", "thunderfx")
+EXECUTORS = ("default", "torch_compile")
+
+# What the table's columns count; printed under it (the column names alone were not enough).
+LEGEND = (
+    ("configuration", "plain Thunder or with the transform, then fusion type, executors, and entry (thunder.jit or thunderfx)"),
+    ("result", "the compiled run against eager PyTorch: correct (same outputs, final input state and gradients), "
+               "wrong (other numbers, no error), crash (an exception thunder-ext does not document), refused "
+               "(a documented thunder_ext error; 'eager too' when eager PyTorch raises as well)"),
+    ("violations", "ordering hazards thunder_ext.verify finds in the run's traces, by kind (RAW read-after-write, "
+                   "WAR write-after-read, WAW, dead-write, ...); '-' when no trace was checked. A correct result "
+                   "with violations is correct by luck: another legal fusion order can make it wrong"),
+    ("barriers", "update_aliases barriers in the final forward and backward traces ('-' when the run did not finish)"),
+    ("detail", "why a run is not correct, or else its first violation"),
+)
+DETAIL_WIDTH = 100
 
 
 @dataclass
@@ -101,6 +119,18 @@ class CheckReport:
         return bool(rows) and all(r.ok for r in rows)
 
     @property
+    def eager_fails(self) -> bool:
+        """``fn`` raises in eager PyTorch and the transform does not refuse it the same way: the user's bug."""
+        return self.eager_error is not None and not self.safe
+
+    @property
+    def status(self) -> str:
+        """'safe', 'unsafe', or 'eager-error' (nothing to compare with: ``fn`` fails in eager PyTorch)."""
+        if self.safe:
+            return "safe"
+        return "eager-error" if self.eager_fails else "unsafe"
+
+    @property
     def plain_hazardous(self) -> bool:
         """Plain Thunder gets it wrong (or crashes) somewhere, or its traces break an invariant."""
         return any(not r.ok or r.violations for r in self.plain_rows)
@@ -126,6 +156,11 @@ class CheckReport:
             if self.eager_error is not None:
                 why += "; eager PyTorch raises and the transform refuses too"
             return f"safe with InplaceBarrierTransform ({why})"
+        if self.eager_fails:
+            return (
+                f"ERROR IN YOUR FUNCTION: it raises in eager PyTorch ({_short(self.eager_error)}), so there is "
+                "nothing to compare the compiled runs with; fix the function or its inputs first"
+            )
         bad = [r for r in self.transform_rows if not r.ok]
         refused = [r for r in bad if r.verdict.status == "refused"]
         if refused and len(refused) == len(bad):
@@ -156,8 +191,14 @@ class CheckReport:
         lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
         lines.append("  ".join("-" * w for w in widths))
         for row in body:
-            cells = [c.ljust(w) for c, w in zip(row[:-1], widths)] + [_cut(row[-1], 160)]
-            lines.append("  ".join(cells).rstrip())
+            # The detail is wrapped, never cut: its end is often the useful part.
+            cells = [c.ljust(w) for c, w in zip(row[:-1], widths)]
+            indent = " " * (sum(widths[:-1]) + 2 * len(cells))
+            detail = textwrap.wrap(row[-1], DETAIL_WIDTH, break_long_words=False, break_on_hyphens=False) or [""]
+            lines.append("  ".join([*cells, detail[0]]).rstrip())
+            lines.extend(indent + more for more in detail[1:])
+        lines.append("")
+        lines.extend(legend_lines())
         listed = [r for r in self.rows if r.violations]
         if listed:
             lines.append("")
@@ -170,7 +211,7 @@ class CheckReport:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"<CheckReport {self.function}: {'safe' if self.safe else 'UNSAFE'}, {len(self.rows)} runs>"
+        return f"<CheckReport {self.function}: {self.status}, {len(self.rows)} runs>"
 
     def _repr_html_(self) -> str:
         e = html.escape
@@ -187,7 +228,8 @@ class CheckReport:
             title = e("\n".join(f"[{s}] {t}" for s, t in r.violations), quote=True)
             cells = "".join(f"<td>{e(c)}</td>" for c in row[:-1])
             out.append(f'<tr title="{title}">{cells}<td>{e(row[-1])}</td></tr>')
-        out.append("</tbody></table></div>")
+        out.append("</tbody></table>")
+        out.append("<dl>" + "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in LEGEND) + "</dl></div>")
         return "\n".join(out)
 
 
@@ -200,11 +242,15 @@ def _deep_clone(x):
 
 def _short(e: BaseException) -> str:
     text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+    return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
-def _cut(s: str, n: int) -> str:
-    return s if len(s) <= n else s[: n - 3] + "..."
+def legend_lines(width: int = 100) -> list[str]:
+    """The column legend, one wrapped entry per column."""
+    out = ["columns:"]
+    for k, v in LEGEND:
+        out.extend(textwrap.wrap(f"{k}: {v}", width, initial_indent="  ", subsequent_indent="      "))
+    return out
 
 
 def _name(fn: Callable) -> str:
@@ -221,7 +267,7 @@ def _inspect_traces(row: CheckRow, outcome: Outcome | None) -> None:
     A refused run is not checked: Thunder's last traces then predate the transform.
     """
     from thunder_ext.checker import verify
-    from thunder_ext.integration import barrier_count, final_traces, fusion_stage_traces
+    from thunder_ext.integration import barrier_count, collect_final_traces, collect_fusion_stage_traces
 
     if outcome is None or outcome.compiled is None or row.verdict.status == "refused":
         return
@@ -229,8 +275,8 @@ def _inspect_traces(row: CheckRow, outcome: Outcome | None) -> None:
     prefix = "final" if completed else "last recorded"
     stages = []
     try:
-        finals = final_traces(outcome.compiled)
-        for k, trace in enumerate(fusion_stage_traces(outcome.compiled)):
+        finals = collect_final_traces(outcome.compiled)
+        for k, trace in enumerate(collect_fusion_stage_traces(outcome.compiled)):
             stages.append((_stage("fusion stage", k), trace))
         for k, (fw, bw) in enumerate(finals):
             stages.append((_stage(f"{prefix} forward", k), fw))
@@ -280,15 +326,13 @@ def check(
     Any other keyword argument is passed to ``fn``.  Tensor keyword arguments are cloned per
     run, and their final values are compared like ``state`` (their gradients are not).
     """
-    for f in fusion_types:
-        if f not in FUSION_TYPES:
-            raise ValueError(f"unknown fusion type {f!r}; expected one of {FUSION_TYPES}")
-    for n in entries:
-        if n not in ("jit", "thunderfx"):
-            raise ValueError(f"unknown entry {n!r}; expected 'jit' or 'thunderfx'")
-    for x in executors:
-        if x not in ("default", "torch_compile"):
-            raise ValueError(f"unknown executors {x!r}; expected 'default' or 'torch_compile'")
+    from thunder_ext.validation import require_function, require_names, require_state
+
+    require_function(fn)
+    fusion_types = require_names(fusion_types, "fusion_types", FUSION_TYPES)
+    entries = require_names(entries, "entries", ENTRIES)
+    executors = require_names(executors, "executors", EXECUTORS)
+    require_state(state)
 
     state = dict(state or {})
     initial_state = {k: v.detach().clone() for k, v in state.items()}

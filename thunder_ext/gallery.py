@@ -1,10 +1,11 @@
-"""The gallery: in-place programs covering every failure class of the background note.
+"""The gallery: in-place programs covering every failure class of ``docs/design.md``.
 
 Each :class:`Program` builds a fresh ``(fn, args, state)`` on every call, so that runs
 never share mutated tensors or module buffers.  ``state`` holds extra tensors whose final
 values are compared too (a module's running stats).
 
-``hazard`` names the class of the note the program exercises; ``plain_fails`` says whether
+``hazard`` names the failure class of ``docs/design.md`` the program exercises ("2+4": both,
+no number: no failure class, a case plain Thunder already gets right); ``plain_fails`` says whether
 plain Thunder 0.2.6 gets it wrong with the default executors under dataflow fusion (the
 configuration where the classes reproduce), as measured by ``tests/test_catalogue.py``.
 ``refused`` programs are the constructs the transform refuses with a documented error.
@@ -235,7 +236,7 @@ PROGRAMS: tuple[Program, ...] = (
     Program("view_before_write", _plain(view_before_write, (4, 3)), "view before write"),
     Program("view_after_write", _plain(view_after_write, (4, 3)), "view after write"),
     Program("batch_norm_running_stats", _bn_build(False), "2 composite write", plain_fails=True),
-    Program("batch_norm_grad", _bn_build(True), "2/4 composite write", grad=True, plain_fails=True),
+    Program("batch_norm_grad", _bn_build(True), "2+4 composite write", grad=True, plain_fails=True),
     Program("module_applied_twice", _module_build, "2 weight sharing", grad=True, plain_fails=True),
     Program(
         "autograd_function_inplace", _plain(autograd_function_inplace, (4, 3), grad=True), "4 exposed copy_", grad=True
@@ -244,8 +245,10 @@ PROGRAMS: tuple[Program, ...] = (
     Program("index_copy_cache", _index_copy_build, "input cache"),
     Program("setitem_on_view", _plain(setitem_on_view, (4, 3)), "setitem"),
     Program("loop_inplace", _plain(loop_inplace, (4, 3)), "loop"),
-    Program("war_long_chain_grad", _grad_inputs(war_long_chain, [((4, 3), False), ((4, 3), True)]), "6", grad=True,
-            refused=True),
+    Program(
+        "war_long_chain_grad", _grad_inputs(war_long_chain, [((4, 3), False), ((4, 3), True)]), "6 refused", grad=True,
+        refused=True,
+    ),
     Program("grad_through_view", _plain(grad_through_view, (4, 3), grad=True), "5 refused", grad=True, refused=True),
     Program(
         "write_saved_for_backward", _plain(write_saved_for_backward, (4, 3), grad=True), "6 refused", grad=True,

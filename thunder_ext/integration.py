@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import html
 import weakref
 from dataclasses import dataclass
 
@@ -28,7 +29,10 @@ from thunder.core.trace import TraceCtx
 from thunder.extend import FusionExecutor
 
 from thunder_ext.barriers import BarrierReport, place_barriers
-from thunder_ext.errors import SavedTensorMutationError
+from thunder_ext.errors import InplaceOrderingError, SavedTensorMutationError
+from thunder_ext.logs import log_refusal, log_report
+from thunder_ext.summaries import barrier_report_headline, barrier_report_html, barrier_report_lines
+from thunder_ext.validation import require_compiled, warn_if_nothing_to_report
 
 STAGE_NAME = "thunder_ext_inplace_barriers"
 
@@ -43,6 +47,34 @@ class StageReports:
     # Inputs that share storage in the call being compiled (thunder_ext.input_aliases); set
     # before autodiff, read by the fusion-stage pass of the same compilation.
     aliased_inputs: tuple[frozenset[str], ...] = ()
+
+    def _stages(self) -> list[tuple[str, BarrierReport | None]]:
+        return [("before autodiff", self.before_autodiff), ("fusion stage", self.fusion_stage)]
+
+    def __repr__(self) -> str:
+        # Printed inside the list last_reports returns: one line, no trace.
+        parts = [f"{name}: {barrier_report_headline(r) if r else 'did not run'}" for name, r in self._stages()]
+        return f"<StageReports {'; '.join(parts)}>"
+
+    def __str__(self) -> str:
+        lines = []
+        for name, r in self._stages():
+            if r is None:
+                lines.append(f"{name}: did not run")
+                continue
+            head, *rest = barrier_report_lines(r)
+            lines.append(f"{name}: {head}")
+            lines.extend(rest)
+        if self.fusion_stage_trace is not None:
+            lines.append("(the fusion-stage trace: thunder_ext.fusion_stage_traces(fn))")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        rows = [
+            f"<div><b>{html.escape(name)}</b>: " + (barrier_report_html(r) if r else "did not run") + "</div>"
+            for name, r in self._stages()
+        ]
+        return '<div class="thunder-ext-stage-reports">' + "".join(rows) + "</div>"
 
 
 _REPORTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -70,17 +102,22 @@ class BarrierStage(FusionExecutor):
         cd = get_compile_data()
         executors = tuple(cd.executors_list) if cd is not None else None
         aliased = reports_for(cd).aliased_inputs if cd is not None else ()
-        new, report = place_barriers(
-            trace, executors=executors, comment=self.comment, remat_guard=True, aliased_inputs=aliased
-        )
-        if report.backward_reads_of_forward_writes:
-            write, read = report.backward_reads_of_forward_writes[0]
-            raise SavedTensorMutationError(
-                "the forward writes in place to a tensor that the backward reads (a value saved for "
-                "backward); eager PyTorch refuses this too. Clone the tensor before mutating it",
-                write,
-                read,
+        try:
+            new, report = place_barriers(
+                trace, executors=executors, comment=self.comment, remat_guard=True, aliased_inputs=aliased
             )
+            if report.backward_reads_of_forward_writes:
+                write, read = report.backward_reads_of_forward_writes[0]
+                raise SavedTensorMutationError(
+                    "the forward writes in place to a tensor that the backward reads (a value saved for "
+                    "backward); eager PyTorch refuses this too. Clone the tensor before mutating it",
+                    write,
+                    read,
+                )
+        except InplaceOrderingError as e:
+            log_refusal("fusion stage", e)
+            raise
+        log_report("fusion stage", report, new)
         if self.check:
             from thunder_ext.checker import assert_valid
 
@@ -117,29 +154,63 @@ def jitted_functions(compiled) -> list:
     return fns
 
 
-def last_reports(compiled) -> list[StageReports]:
-    """The barrier pass's reports for a ``thunder.jit`` or ThunderFX callable, one per subgraph."""
+def collect_reports(compiled) -> list[StageReports]:
+    """:func:`last_reports` without the argument checks and warnings (for the main job and the doctor)."""
     import thunder
 
     return [reports_for(thunder.compile_data(fn)) for fn in jitted_functions(compiled)]
 
 
-def fusion_stage_traces(compiled) -> list[TraceCtx]:
-    """The traces the transform produced at the fusion stage, which Thunder does not record."""
-    return [r.fusion_stage_trace for r in last_reports(compiled) if r.fusion_stage_trace is not None]
+def collect_fusion_stage_traces(compiled) -> list[TraceCtx]:
+    """:func:`fusion_stage_traces` without the argument checks and warnings."""
+    return [r.fusion_stage_trace for r in collect_reports(compiled) if r.fusion_stage_trace is not None]
 
 
-def final_traces(compiled) -> list[tuple[TraceCtx, TraceCtx | None]]:
-    """(final forward trace, final backward trace or None) per compiled function or subgraph."""
+def collect_final_traces(compiled) -> list[tuple[TraceCtx, TraceCtx | None]]:
+    """:func:`final_traces` without the argument checks and warnings."""
     import thunder
 
     out = []
     for fn in jitted_functions(compiled):
+        if getattr(thunder.compile_stats(fn), "last_traces", None) is None:
+            continue  # never compiled: thunder.last_traces would raise
         fw = thunder.last_traces(fn)
         bw = thunder.last_backward_traces(fn)
         if fw:
             out.append((fw[-1], bw[-1] if bw else None))
     return out
+
+
+def last_reports(compiled) -> list[StageReports]:
+    """The barrier pass's reports for a ``thunder.jit`` or ThunderFX callable, one per subgraph.
+
+    ``print(report)`` gives a summary of one: barriers placed with their reasons, dead
+    in-place ops removed, and the time taken, before autodiff and at the fusion stage.
+    Warns when ``compiled`` has no compilation yet or was compiled without the transform.
+    """
+    require_compiled(compiled, "last_reports")
+    warn_if_nothing_to_report(compiled, jitted_functions(compiled), "last_reports", need_transform=True)
+    return collect_reports(compiled)
+
+
+def fusion_stage_traces(compiled) -> list[TraceCtx]:
+    """The traces the transform produced at the fusion stage, which Thunder does not record.
+
+    Warns when ``compiled`` has no compilation yet or was compiled without the transform.
+    """
+    require_compiled(compiled, "fusion_stage_traces")
+    warn_if_nothing_to_report(compiled, jitted_functions(compiled), "fusion_stage_traces", need_transform=True)
+    return collect_fusion_stage_traces(compiled)
+
+
+def final_traces(compiled) -> list[tuple[TraceCtx, TraceCtx | None]]:
+    """(final forward trace, final backward trace or None) per compiled function or subgraph.
+
+    Works without the transform too; warns when ``compiled`` has no compilation yet.
+    """
+    require_compiled(compiled, "final_traces")
+    warn_if_nothing_to_report(compiled, jitted_functions(compiled), "final_traces", need_transform=False)
+    return collect_final_traces(compiled)
 
 
 def barrier_count(trace: TraceCtx) -> int:

@@ -22,15 +22,20 @@ from thunder.core.compile_data import get_compile_data
 from thunder.core.trace import TraceCtx
 
 from thunder_ext.barriers import place_barriers
+from thunder_ext.errors import InplaceOrderingError
 from thunder_ext.input_aliases import aliased_inputs, guard_substituted_aliases
 from thunder_ext.integration import install_barrier_stage, reports_for
+from thunder_ext.logs import log_refusal, log_report
 from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients
+from thunder_ext.validation import require_bool
 
 
 class InplaceBarrierTransform(thunder.Transform):
     """Order every access to mutated storage by data edges, and remove dead in-place ops."""
 
     def __init__(self, *, check: bool = False, comment: bool = True) -> None:
+        require_bool(check, "check", "InplaceBarrierTransform")
+        require_bool(comment, "comment", "InplaceBarrierTransform")
         self.check = check
         self.comment = comment
 
@@ -41,11 +46,16 @@ class InplaceBarrierTransform(thunder.Transform):
         install_barrier_stage(check=self.check, comment=self.comment)
         aliased = aliased_inputs(computation_trace)
         diff = differentiable_names(computation_trace)
-        new, report = place_barriers(
-            computation_trace, comment=self.comment, differentiable=frozenset(diff), aliased_inputs=aliased
-        )
-        if diff:
-            refuse_unsupported_gradients(computation_trace, new, report, diff)
+        try:
+            new, report = place_barriers(
+                computation_trace, comment=self.comment, differentiable=frozenset(diff), aliased_inputs=aliased
+            )
+            if diff:
+                refuse_unsupported_gradients(computation_trace, new, report, diff)
+        except InplaceOrderingError as e:
+            log_refusal("before autodiff", e)
+            raise
+        log_report("before autodiff", report, new)
         if self.check and not report.dropped_witnesses:
             # With dropped witnesses the order is only complete after the fusion-stage pass,
             # which is checked there.

@@ -1,0 +1,60 @@
+"""Short text and HTML summaries of the barrier pass's reports, without the traces inside them.
+
+A :class:`~thunder_ext.barriers.BarrierReport` holds bound symbols, and a
+:class:`~thunder_ext.integration.StageReports` a whole trace: their dataclass reprs dump
+pages of trace.  These summaries name each barrier (its reasons and the access it goes
+before), each dead in-place op removed, and the time taken.  This module imports nothing
+from the pass, so the report classes can use it.
+"""
+
+from __future__ import annotations
+
+import html
+
+
+def _describe(bsym) -> str:
+    from thunder_ext.op_kinds import describe
+
+    return describe(bsym)
+
+
+def _reasons(record) -> str:
+    # Each reason already names both accesses ("WAR: `a = mul` (f.py:5) before `t6 = add_` (f.py:6)").
+    return "; ".join(dict.fromkeys(record.reasons)) or f"before {_describe(record.before)}"
+
+
+def barrier_report_headline(report) -> str:
+    """``'3 barriers placed, 1 dead in-place op removed, 2 ms'``."""
+    nb, nd = len(report.barriers), len(report.dead_writes)
+    parts = [
+        f"{nb} barrier{'s' if nb != 1 else ''} placed",
+        f"{nd} dead in-place op{'s' if nd != 1 else ''} removed",
+    ]
+    if report.stripped:
+        parts.append(f"{report.stripped} existing barrier{'s' if report.stripped != 1 else ''} replaced")
+    parts.append(f"{report.seconds * 1e3:.1f} ms")
+    return ", ".join(parts)
+
+
+def barrier_report_lines(report, indent: str = "  ") -> list[str]:
+    """The headline, then one line per barrier and per dead write."""
+    lines = [barrier_report_headline(report)]
+    for rec in report.barriers:
+        lines.append(f"{indent}barrier: {_reasons(rec)}")
+    for bsym in report.dead_writes:
+        lines.append(f"{indent}removed dead in-place op {_describe(bsym)}")
+    if report.dropped_witnesses:
+        lines.append(f"{indent}{report.dropped_witnesses} ordering(s) left to the fusion stage (they carry gradients)")
+    return lines
+
+
+def barrier_report_text(report) -> str:
+    return "\n".join(barrier_report_lines(report))
+
+
+def barrier_report_html(report) -> str:
+    e = html.escape
+    items = [f"<li>barrier: {e(_reasons(r))}</li>" for r in report.barriers]
+    items += [f"<li>removed dead in-place op <code>{e(_describe(b))}</code></li>" for b in report.dead_writes]
+    body = f"<ul>{''.join(items)}</ul>" if items else ""
+    return f"<div class=\"thunder-ext-report\"><b>{e(barrier_report_headline(report))}</b>{body}</div>"
