@@ -102,11 +102,6 @@ def test_barrier_report_summary_functions(reports):
     assert barrier_report_text(empty) == "0 barriers placed, 0 dead in-place ops removed, 0.0 ms"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BarrierReport lives in barriers.py, owned by the pass-core rework: its __str__/_repr_html_ "
-    "hooks to thunder_ext.summaries are applied at merge (then remove this marker)",
-)
 def test_barrier_report_str_is_the_summary(reports):
     rep = reports.before_autodiff
     assert str(rep) == barrier_report_text(rep)

@@ -68,7 +68,7 @@ class BarrierRecord:
 
 @dataclass
 class AliasRead:
-    """A read, after a write, of a proxy other than the one the write returned (class 5 shape)."""
+    """A read, after a write, of a proxy other than the one the write returned (class 5 in docs/design.md)."""
 
     write: BoundSymbol
     read: BoundSymbol
@@ -88,6 +88,22 @@ class BarrierReport:
     dropped_witnesses: int = 0
     stripped: int = 0
     seconds: float = 0.0
+
+    # A dataclass repr would print whole bound symbols; summaries.py writes readable ones.
+    def __repr__(self) -> str:
+        from thunder_ext.summaries import barrier_report_headline
+
+        return f"<BarrierReport {barrier_report_headline(self)}>"
+
+    def __str__(self) -> str:
+        from thunder_ext.summaries import barrier_report_text
+
+        return barrier_report_text(self)
+
+    def _repr_html_(self) -> str:
+        from thunder_ext.summaries import barrier_report_html
+
+        return barrier_report_html(self)
 
 
 def strip_barriers(bsyms: Sequence[BoundSymbol]) -> tuple[list[BoundSymbol], dict, dict[str, str]]:
@@ -306,7 +322,7 @@ class _Placer:
 
     def note_backward_reads(self, bsym: BoundSymbol) -> None:
         # A backward read of a name that a forward write made stale may want the value the
-        # forward read before the write (class 6); renaming would silently read the new one.
+        # forward read before the write (class 6, docs/design.md); renaming would silently read the new one.
         # If the forward read that name only after the write, the new value is the one saved.
         for p in tensor_args(bsym):
             by = self.renamed_by.get(variableify(p))
@@ -365,7 +381,7 @@ class _Placer:
             return
         stale = [p for p in tensor_args(bsym) if self.info.group_of(p) == g and not self.reaches(self.current(p), lw.bit)]
         # Even when the bsym as a whole is ordered after the write (it also reads the write's
-        # output), a stale name carries no gradient through the write (class 5).
+        # output), a stale name carries no gradient through the write (class 5, docs/design.md).
         for p in stale:
             if p.name != lw.dest.name:
                 self.report.alias_reads.append(AliasRead(lw.bsym, bsym, p, lw.dest))

@@ -1,6 +1,6 @@
 """What one bound symbol does to storage, at every stage of the Thunder 0.2.6 pipeline.
 
-The same operation shows up in three forms (see ``shared/docs/inplace-ordering.md`` §1):
+The same operation shows up in three forms (see ``docs/design.md``, *How an in-place op looks at each stage*):
 
 * right after tracing, as an ``ltorch`` composite (``ltorch.mul_`` with subsymbols
   ``ltorch.mul`` and ``prims.copy_``);
