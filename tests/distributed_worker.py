@@ -108,41 +108,37 @@ def _eager_ddp(base: nn.Module, batches, device: torch.device) -> dict[str, Any]
     return run
 
 
-def _thunder_ddp(base: nn.Module, batches, *, barrier: bool, bucket_mb: float) -> dict[str, Any]:
+def _thunder_distributed(base: nn.Module, batches, dist_transform, *, barrier: bool) -> dict[str, Any]:
+    """Train a copy of ``base`` through ``thunder.jit`` with ``dist_transform`` (DDP or FSDP), and maybe ours."""
     import thunder
-    from thunder.distributed.transforms.ddp_v2 import DDPTransform
 
     from thunder_ext import InplaceBarrierTransform
 
     tm = copy.deepcopy(base)
-    transforms: list = [DDPTransform(process_group=dist.group.WORLD, bucket_size_in_mb=bucket_mb, broadcast_from=0)]
+    transforms: list = [dist_transform]
     if barrier:
         transforms.append(InplaceBarrierTransform(check=True))
     jm = thunder.jit(tm, fusion_type="dataflow", transforms=transforms)
+    # Under FSDP, parameters and their gradients are this rank's shard (dim 0); the parent slices eager's.
     run = _train(jm, batches, lambda: {n: p.grad for n, p in jm.named_parameters()})
     run["params"] = _cpu(dict(jm.named_parameters()))
     run["buffers"] = _cpu(dict(jm.named_buffers()))
     run["backward_symbols"] = _backward_symbols(jm)
     return run
+
+
+def _thunder_ddp(base: nn.Module, batches, *, barrier: bool, bucket_mb: float) -> dict[str, Any]:
+    from thunder.distributed.transforms.ddp_v2 import DDPTransform
+
+    ddp = DDPTransform(process_group=dist.group.WORLD, bucket_size_in_mb=bucket_mb, broadcast_from=0)
+    return _thunder_distributed(base, batches, ddp, barrier=barrier)
 
 
 def _thunder_fsdp(base: nn.Module, batches, device: torch.device, *, barrier: bool) -> dict[str, Any]:
-    import thunder
     from thunder.distributed.transforms.fsdp_v2 import FSDPTransform
 
-    from thunder_ext import InplaceBarrierTransform
-
-    tm = copy.deepcopy(base)
-    transforms: list = [FSDPTransform(device=device, process_group=dist.group.WORLD)]
-    if barrier:
-        transforms.append(InplaceBarrierTransform(check=True))
-    jm = thunder.jit(tm, fusion_type="dataflow", transforms=transforms)
-    # Parameters and their gradients are this rank's shard (dim 0); the parent slices eager's.
-    run = _train(jm, batches, lambda: {n: p.grad for n, p in jm.named_parameters()})
-    run["params"] = _cpu(dict(jm.named_parameters()))
-    run["buffers"] = _cpu(dict(jm.named_buffers()))
-    run["backward_symbols"] = _backward_symbols(jm)
-    return run
+    fsdp = FSDPTransform(device=device, process_group=dist.group.WORLD)
+    return _thunder_distributed(base, batches, fsdp, barrier=barrier)
 
 
 def main(argv: list[str] | None = None) -> None:
