@@ -201,3 +201,32 @@ def test_waw_none_grad_in_plain_thunder():
     verdict = differential(build, PLAIN_HAZARD)
     assert verdict.status == "wrong"
     assert "None mismatch" in verdict.detail
+
+
+# -- no refusal where plain Thunder is right (issue 9) ---------------------------------------
+
+TRANSFORM_HAZARD = Config(transform=True, fusion_type="dataflow", executors="default", entry="jit", check=True)
+
+
+# Refused today although plain Thunder is right: class 5 on storage the function created itself,
+# which the private-storage rewrite (issue 7) makes functional instead of refusing.
+PRIVATE_CLASS_5 = {("view_after_write", "grad_on")}
+
+
+def _variant_cells():
+    for prog in PROGRAMS:
+        for vname, build in variants(prog):
+            marks = []
+            if (prog.name, vname) in PRIVATE_CLASS_5:
+                marks = [pytest.mark.xfail(strict=True, reason="class 5 on private storage is refused (issue 7)")]
+            yield pytest.param(prog, vname, build, marks=marks, id=f"{prog.name}-{vname}")
+
+
+@pytest.mark.parametrize("prog, variant, build", list(_variant_cells()))
+def test_no_refusal_where_plain_thunder_is_right(prog: Program, variant: str, build):
+    """A refusal is only allowed where plain Thunder does not give eager's answer (or eager refuses too)."""
+    verdict = differential(build, TRANSFORM_HAZARD)
+    if verdict.status != "refused" or verdict.eager_error is not None:
+        return
+    plain = differential(build, PLAIN_HAZARD, eager=verdict.eager)
+    assert plain.status != "correct", f"refused ({verdict.detail}) although plain Thunder matches eager"

@@ -52,7 +52,7 @@ from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import AliasInfo, accessed_groups, input_names, storage_groups
 from thunder_ext.errors import UnorderableAccessError
-from thunder_ext.op_kinds import describe, is_barrier, is_return, tensor_args, tensor_outs
+from thunder_ext.op_kinds import describe, is_barrier, is_return, tensor_args, tensor_outs, view_kind
 from thunder_ext.remat_guard import BarrierSymbols, barrier_symbols, unguarded_writes
 
 BARRIER_TAG = "thunder_ext"
@@ -214,7 +214,8 @@ class _Placer:
             self.position[id(b)] = k
             for w in e.writes:
                 self.writes_at.setdefault(self.info.group_of(w), []).append(k)
-            if not (e.is_view or e.is_barrier or has_tags(b, {BoundSymbolTag.BACKWARD})):
+            # A reshape that may copy reads data, but its backward never needs its input.
+            if not (e.is_view or e.is_barrier or view_kind(b) or has_tags(b, {BoundSymbolTag.BACKWARD})):
                 for p in tensor_args(b):
                     self.first_forward_read.setdefault(p.name, k)
 

@@ -189,6 +189,59 @@ def write_saved_for_backward(x):
     return s, y
 
 
+# -- shapes from real code: writes to inputs and buffers, then reads (issue 9) ----------------
+# Each was refused once although plain Thunder gets it right; each must match eager.
+
+
+def rotary_cache_refresh(x, cos_buf, sin_buf, inv_freq):
+    """A rotary embedding refreshing its cos/sin buffers through a slice, then reading them."""
+    T = x.shape[0]
+    f = torch.outer(torch.arange(T, dtype=x.dtype), inv_freq)
+    cos_buf[:T].copy_(f.cos())
+    sin_buf[:T].copy_(f.sin())
+    rot = torch.cat((-x[:, 2:], x[:, :2]), dim=-1)
+    return x * cos_buf[:T] + rot * sin_buf[:T]
+
+
+def strided_input_scale(x, w):
+    """A strided view of an input scaled in place; the matmul reads (and its backward saves) the new x."""
+    x.view(-1)[::2].mul_(2)
+    return x @ w
+
+
+def power_iteration(x, w, u, v):
+    """Spectral norm: the power iteration updates its u/v buffers without grad, then sigma reads them."""
+    with torch.no_grad():
+        t = w.t() @ u
+        v.copy_(t / t.norm())
+        s = w @ v
+        u.copy_(s / s.norm())
+    # sum(dim=0) keeps sigma 1-D: Thunder's VJP fails to broadcast a 0-d divisor derived from w.
+    sigma = (u * (w @ v)).sum(dim=0)
+    return x @ (w / sigma).t()
+
+
+def batch_norm2d_read_stats(x, w, b, rm, rv):
+    """BatchNorm2d's running mean read in the same forward (no gradient flows through it)."""
+    y = F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1)
+    return y + rm.view(1, 3, 1, 1)
+
+
+def _rotary_build():
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, 4).float() / 4))
+    return rotary_cache_refresh, (_t(8, 4, grad=True), torch.zeros(16, 4), torch.zeros(16, 4), inv_freq), {}
+
+
+def _power_iteration_build():
+    u, v = torch.randn(5, 1), torch.randn(4, 1)
+    return power_iteration, (_t(3, 4), _t(5, 4, grad=True), u / u.norm(), v / v.norm()), {}
+
+
+def _bn2d_build():
+    x = _t(4, 3, 2, 2, grad=True)
+    return batch_norm2d_read_stats, (x, _t(3, grad=True), _t(3, grad=True), torch.zeros(3), torch.ones(3)), {}
+
+
 def _plain(fn, *shapes, grad=False):
     def build():
         return fn, tuple(_t(*s, grad=grad) for s in shapes), {}
@@ -254,6 +307,13 @@ PROGRAMS: tuple[Program, ...] = (
         "write_saved_for_backward", _plain(write_saved_for_backward, (4, 3), grad=True), "6 refused", grad=True,
         refused=True,
     ),
+    Program("rotary_cache_refresh", _rotary_build, "buffer slice write", grad=True),
+    Program(
+        "strided_input_scale", _grad_inputs(strided_input_scale, [((4, 4), False), ((4, 3), True)]),
+        "strided input write", grad=True,
+    ),
+    Program("power_iteration", _power_iteration_build, "buffer write, no grad", grad=True),
+    Program("batch_norm2d_read_stats", _bn2d_build, "2 composite write, read", grad=True),
 )
 
 

@@ -41,7 +41,13 @@ def refuse_unsupported_gradients(before: TraceCtx, after: TraceCtx, report: Barr
 def refuse_view_gradients(report: BarrierReport, diff: set[str]) -> None:
     """Class 5: gradients would flow through a view of a tensor mutated in place."""
     for ar in report.alias_reads:
-        involved = (ar.proxy, ar.written, *ar.write.flat_proxy_args)
+        # The gradient is at stake when the stale read, the written tensor, or the value written
+        # carries one.  The value written is the write's output that aliases its destination
+        # (``copy_``, ``add_``); a write with no such output (``batch_norm``'s running stats)
+        # writes a value Thunder's VJP treats as constant.
+        effect = effect_of(ar.write)
+        written_values = [o for o, a in effect.aliases if any(a is w for w in effect.writes)]
+        involved = (ar.proxy, ar.written, *written_values)
         if any(p.name in diff for p in involved):
             raise ViewGradientError(
                 f"`{ar.proxy.name}` is read after an in-place write to `{ar.written.name}`, which "
