@@ -1,4 +1,4 @@
-"""Execute notebooks/dead_inplace_fix.ipynb and check what it shows.
+"""Execute every notebook in notebooks/ and check what each shows (at least one picture each).
 
 The kernel must run the interpreter that runs the tests (the one with thunder_ext installed),
 whatever ``python3`` kernelspecs exist in the user's or the system's Jupyter paths.  So the
@@ -22,7 +22,8 @@ from ipykernel.kernelspec import write_kernel_spec  # noqa: E402
 from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
 from jupyter_client.manager import KernelManager  # noqa: E402
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "dead_inplace_fix.ipynb"
+NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 
 
 def _kernel_manager(tmp_path: Path) -> KernelManager:
@@ -54,16 +55,19 @@ def _outputs_text(nb) -> list[str]:
     return texts
 
 
-def test_notebook_is_stored_without_outputs():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            assert cell.outputs == [], "store the notebook with outputs cleared"
-            assert cell.execution_count is None, "store the notebook with outputs cleared"
+def _images(nb) -> list[str]:
+    """Every image/png output, base64, in cell order."""
+    return [
+        out["data"]["image/png"]
+        for c in nb.cells
+        if c.cell_type == "code"
+        for out in c.outputs
+        if out.output_type in ("execute_result", "display_data") and "image/png" in out.get("data", {})
+    ]
 
 
-def test_notebook_runs(tmp_path):
-    nb = nbformat.read(NOTEBOOK, as_version=4)
+def _execute(path: Path, tmp_path: Path):
+    nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
         nb,
         km=_kernel_manager(tmp_path),
@@ -72,10 +76,26 @@ def test_notebook_runs(tmp_path):
         resources={"metadata": {"path": str(tmp_path)}},
     )
     client.execute()  # raises CellExecutionError if any cell fails
-
-    texts = _outputs_text(nb)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors, errors
+    return nb
+
+
+def test_every_notebook_is_checked_below():
+    assert {p.name for p in NOTEBOOKS} == set(_CHECKS), "add a check for each notebook in notebooks/"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_stored_without_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [], "store the notebook with outputs cleared"
+            assert cell.execution_count is None, "store the notebook with outputs cleared"
+
+
+def _check_dead_inplace_fix(nb) -> None:
+    texts = _outputs_text(nb)
     everything = "\n".join(texts)
 
     # plain Thunder: the bare AssertionError, and the dead write after the return
@@ -85,12 +105,46 @@ def test_notebook_runs(tmp_path):
     assert "bound symbols after the return: []" not in texts[2]
 
     # with the transform: the dead write is gone, the fusion-stage trace is shown, results match
-    assert "copy_(" not in texts[3]
-    assert "Constructed by thunder_ext barriers" in texts[4]
-    assert "ltorch.mul_" in texts[4]  # the removed dead write, from the report
+    assert "copy_(" not in texts[4]
+    assert "Constructed by thunder_ext barriers" in texts[5]
+    assert "ltorch.mul_" in texts[5]  # the removed dead write, from the report
     assert "result matches eager: True" in everything
     assert "violations in the final trace: []" in everything
 
     # the live write: kept, ordered before the return by a commented barrier, correct
     assert "# thunder_ext: RAW:" in texts[-1]
     assert "result and mutated input match eager: True" in texts[-1]
+
+    # the pictures: plain Thunder's graph and the fixed one, each a figure of its own cell
+    assert "Figure" in texts[3] and "Figure" in texts[6]
+    assert len(_images(nb)) == 2
+
+
+def _check_war_and_batchnorm(nb) -> None:
+    texts = _outputs_text(nb)
+    # write-after-read: plain is wrong, the transform is right; the graphs show why
+    assert "plain: result matches eager: False" in texts[1]
+    assert "with the transform: result matches eager: True, x matches eager: True" in texts[1]
+    assert "[RAW] read after write is not ordered" in texts[2]
+    assert "violations: []" in texts[3]
+    assert "safe with InplaceBarrierTransform" in texts[4]
+    # BatchNorm twice: plain loses an update, the transform keeps both
+    assert "plain: output matches eager: True, running_mean matches eager: False" in texts[5]
+    assert "with the transform: output matches eager: True, running_mean matches eager: True" in texts[5]
+    assert "[WAW] write after write is not ordered" in texts[6]
+    assert "barrier: WAW" in texts[6] or "barrier: RAW" in texts[6]
+    assert "safe with InplaceBarrierTransform" in texts[7]
+    assert len(_images(nb)) == 2
+
+
+_CHECKS = {
+    "dead_inplace_fix.ipynb": _check_dead_inplace_fix,
+    "war_and_batchnorm_thunderfx.ipynb": _check_war_and_batchnorm,
+}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs(path, tmp_path):
+    nb = _execute(path, tmp_path)
+    assert _images(nb), f"{path.name} shows no picture (no image/png output)"
+    _CHECKS[path.name](nb)

@@ -18,11 +18,14 @@ __all__ = [
     "Violation",
     "assert_valid",
     "check",
+    "draw_trace",
     "final_traces",
     "fusion_stage_traces",
     "last_reports",
     "insert_barriers",
     "place_barriers",
+    "save_trace_graph",
+    "trace_graph",
     "verify",
 ]
 
@@ -39,6 +42,9 @@ _HOMES = {
     "final_traces": "thunder_ext.integration",
     "fusion_stage_traces": "thunder_ext.integration",
     "last_reports": "thunder_ext.integration",
+    "draw_trace": "thunder_ext.graph",
+    "save_trace_graph": "thunder_ext.graph",
+    "trace_graph": "thunder_ext.graph",
     "GradInputWriteError": "thunder_ext.errors",
     "InplaceOrderingError": "thunder_ext.errors",
     "InputAliasError": "thunder_ext.errors",
@@ -63,6 +69,7 @@ if TYPE_CHECKING:
         UnorderableAccessError,
         ViewGradientError,
     )
+    from thunder_ext.graph import draw_trace, save_trace_graph, trace_graph
     from thunder_ext.integration import final_traces, fusion_stage_traces, last_reports
     from thunder_ext.transforms import InplaceBarrierTransform
 
