@@ -221,13 +221,8 @@ def test_pure_ops_have_no_effect():
     assert effect_of(only(t, "exp")) == Effect()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="getitem with a tensor index gathers into new storage, but effect_of classifies every "
-    "getitem as a view (ltorch._syms_returning_views), so the gather is neither an access nor apart "
-    "from its base's storage group",
-)
 def test_advanced_indexing_is_not_a_view():
+    """getitem with a tensor index gathers into new storage (ltorch lists every getitem as a view)."""
     def f(x):
         return ltorch.getitem(x, tensor("i", (2,), thunder.dtypes.int64))
 

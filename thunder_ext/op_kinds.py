@@ -107,9 +107,16 @@ def _tagged_inplace(bsym: BoundSymbol) -> bool:
     return prims.OpTags.IN_PLACE in tags or bool(origin_ids(bsym) & _inplace_ids())
 
 
+def _gathers(bsym: BoundSymbol, ids: frozenset) -> bool:
+    """Indexing with a tensor (``x[idx]``) copies into new storage, although ``getitem`` is listed as a view."""
+    return ltorch.getitem.id in ids and any(isinstance(p, TensorProxy) for p in bsym.flat_proxy_args[1:])
+
+
 def view_kind(bsym: BoundSymbol) -> str | None:
     """'view' if the output always aliases the input, 'maybe' if it may, else None."""
     ids = origin_ids(bsym)
+    if _gathers(bsym, ids):
+        return None
     views, maybe = _view_ids()
     if ids & views:
         return "view"
@@ -202,7 +209,8 @@ def _composite_effect(bsym: BoundSymbol) -> Effect:
     arg_roots = {}
     for a in args:
         arg_roots.setdefault(root(a.name), a)
-    writes = tuple({arg_roots[r].name: arg_roots[r] for r in writes_roots if r in arg_roots}.values())
+    # In argument order, not set order: the pass's output must not depend on PYTHONHASHSEED.
+    writes = tuple(a for r, a in arg_roots.items() if r in writes_roots)
     aliases = tuple((o, arg_roots[root(o.name)]) for o in tensor_outs(bsym) if root(o.name) in arg_roots)
     return Effect(writes=writes, aliases=aliases)
 
