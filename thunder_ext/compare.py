@@ -73,7 +73,9 @@ class Verdict:
 
 def _clone(x):
     if isinstance(x, torch.Tensor):
-        return x.detach().clone().requires_grad_(x.requires_grad)
+        c = x.detach().clone().requires_grad_(x.requires_grad)
+        # A non-leaf input stays one: eager allows writes to it (class 9), not to a leaf.
+        return c * 1 if x.grad_fn is not None else c
     return x
 
 
@@ -132,6 +134,9 @@ def execute(fn: Callable, args: Sequence, state: dict) -> Outcome:
     # Gradients are compared for the inputs that require grad *before* the call: an in-place
     # copy from a differentiable tensor gives an input autograd history in eager only.
     leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    for a in leaves:
+        if a.grad_fn is not None:  # a non-leaf input (``leaf * 1``): keep its gradient to compare
+            a.retain_grad()
     try:
         outputs = fn(*args)
         loss = _cotangent_loss(outputs)

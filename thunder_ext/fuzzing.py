@@ -15,15 +15,20 @@ requiring grad), and ``idx = tensor([1, 0])`` when ``index_copy_`` is used.  Sta
 * their in-place twins: ``sin_ cos_ tanh_ neg_ exp_ clamp_``, ``add_ sub_ mul_``, ``+=``, and
   ``F.relu(t, inplace=True)`` (an untagged in-place composite);
 * views, slices and reshapes: ``t[0]``, ``t[1:]``, ``t[:2]``, ``t[:, 1]``, ``t.view(-1)``,
-  ``t.view(2, 6)``, ``t.reshape(3, 4)``, ``t.t()``, ``t.unsqueeze(0)``;
+  ``t.view(2, 6)``, ``t.reshape(3, 4)``, ``t.t()``, ``t.unsqueeze(0)``, the strided ``t[::2]``,
+  and the expanded ``t.expand(2, *t.shape)`` (read, never written: eager refuses writes to
+  overlapping memory);
 * writes: ``copy_``, ``index_copy_(0, idx, s)``, setitem ``t[0] = s`` / ``t[1:] = c``;
-* ``F.batch_norm(t, rm, rv, training=True)`` on a 2-D tensor (updates ``rm``/``rv``);
+* ``F.batch_norm(t, rm, rv, training=True)`` on a 2-D tensor (updates ``rm``/``rv``), and
+  module-buffer updates written by hand, ``rm.mul_(0.9).add_(t.mean(0), alpha=0.1)``;
 * reductions: ``sum``/``mean`` along a dim.
 
 Reads at random points, writes to inputs and to their views, and dead writes (an
 intermediate mutated and never read again) all come from drawing statements over every
-live name.  Writes to (views of) inputs that require grad, which eager refuses, are allowed
-in one program out of four.  Shapes are tracked so that every statement type-checks;
+live name.  Writes to (views of) leaf inputs that require grad, which eager refuses, are
+allowed in one program out of four.  An input that requires grad is a non-leaf (``leaf * 1``,
+what a model hands a submodule) half of the time: eager lets the program write to it (class 9),
+and the harness retains and compares its gradient.  Shapes are tracked so that every statement type-checks;
 ``view`` is only drawn on contiguous tensors and ``copy_`` only between equal shapes.  A
 bound on magnitudes is tracked per storage so that values stay finite (``exp`` only on
 small values, products capped).  The function returns a tuple of one to three names.
@@ -40,6 +45,7 @@ as generated (when any input requires grad) and once with none.  A cell passes w
   (a :class:`~thunder_ext.checker.TraceInvariantError` is the checker catching a bug: a
   failure), whether or not eager raised; eager raising and the compiled run returning
   numbers is a failure; or
+* eager raises, and the compiled run raises the same error (type and first line); or
 * the difference is one of the documented exceptions (README, "Known limits"): eager's
   stricter version counter, eager's refusal of a write whose source overlaps its
   destination, and ``None`` where eager's gradient is all zeros.
@@ -98,6 +104,7 @@ class Input:
     name: str
     kind: str  # 'x' (4, 3) float, 'rm' running mean, 'rv' running var, 'idx' index
     requires_grad: bool = False
+    nonleaf: bool = False  # passed as ``leaf * 1``: eager allows writes to it
 
     def describe(self) -> str:
         what = {
@@ -106,7 +113,8 @@ class Input:
             "rv": "(3,) running var",
             "idx": "tensor([1, 0])",
         }[self.kind]
-        return f"{self.name} {what}" + (" requires_grad" if self.requires_grad else "")
+        grad = " requires_grad (non-leaf)" if self.nonleaf else " requires_grad"
+        return f"{self.name} {what}" + (grad if self.requires_grad else "")
 
     def make(self, grad: bool) -> torch.Tensor:
         if self.kind == "idx":
@@ -115,7 +123,8 @@ class Input:
             return torch.randn(3) * 0.1
         if self.kind == "rv":
             return torch.rand(3) + 0.5
-        return torch.randn(*BASE_SHAPE).requires_grad_(grad and self.requires_grad)
+        t = torch.randn(*BASE_SHAPE).requires_grad_(grad and self.requires_grad)
+        return t * 1 if t.requires_grad and self.nonleaf else t
 
 
 @dataclass(eq=False)
@@ -182,6 +191,7 @@ class _Var:
     shape: tuple[int, ...]
     root: str  # the storage this name views
     contiguous: bool = True
+    writable: bool = True  # False for expanded views (several elements share memory)
 
 
 class _Builder:
@@ -190,7 +200,7 @@ class _Builder:
     def __init__(self, draw, inputs: list[Input], *, leaf_writes: bool) -> None:
         self.draw = draw
         # eager refuses in-place writes to (views of) leaves that require grad; drawn rarely
-        self.protected = set() if leaf_writes else {i.name for i in inputs if i.requires_grad}
+        self.protected = set() if leaf_writes else {i.name for i in inputs if i.requires_grad and not i.nonleaf}
         self.inputs = inputs
         self.vars: list[_Var] = []
         self.bound: dict[str, float] = {}
@@ -210,18 +220,20 @@ class _Builder:
         cands = [v for v in self.vars if pred(v)]
         return self.draw(st.sampled_from(cands)) if cands else None
 
-    def new(self, expr: str, shape: tuple[int, ...], bound: float, *, root: str | None = None, contiguous=True) -> None:
+    def new(
+        self, expr: str, shape: tuple[int, ...], bound: float, *, root: str | None = None, contiguous=True, writable=True
+    ) -> None:
         name = f"t{self.count}"
         self.count += 1
         self.lines.append(f"{name} = {expr}")
         r = root if root is not None else name
-        self.vars.append(_Var(name, shape, r, contiguous))
+        self.vars.append(_Var(name, shape, r, contiguous, writable))
         if root is None:
             self.bound[name] = bound
 
     def target(self, pred: Callable[[_Var], bool] = lambda v: True) -> _Var | None:
         """A name to write to."""
-        return self.pick(lambda v: v.root not in self.protected and pred(v))
+        return self.pick(lambda v: v.root not in self.protected and v.writable and pred(v))
 
     def write(self, v: _Var, line: str, value_bound: float) -> None:
         self.lines.append(line)
@@ -267,12 +279,18 @@ class _Builder:
         return w.name, self.b(w)
 
     def view(self) -> bool:
-        kinds = ("[0]", "[1:]", "[:2]", "[:, 1]", "view(-1)", "view(2, 6)", "reshape(3, 4)", "t()", "unsqueeze(0)")
+        kinds = (
+            "[0]", "[1:]", "[:2]", "[:, 1]", "view(-1)", "view(2, 6)", "reshape(3, 4)", "t()", "unsqueeze(0)",
+            "[::2]", "expand",
+        )
         kind = self.draw(st.sampled_from(kinds))
         v = self.pick(lambda v: _view_shape(kind, v) is not None)
         if v is None:
             return False
         shape, contiguous = _view_shape(kind, v)
+        if kind == "expand":
+            self.new(f"{v.name}.expand{shape}", shape, 0.0, root=v.root, contiguous=False, writable=False)
+            return True
         expr = f"{v.name}{kind}" if kind.startswith("[") else f"{v.name}.{kind}"
         if kind == "reshape(3, 4)" and not v.contiguous:
             # reshape copies a non-contiguous tensor, in eager and in Thunder alike
@@ -361,6 +379,18 @@ class _Builder:
         self.new(f"F.batch_norm({v.name}, rm, rv, training=True, momentum=0.1)", BASE_SHAPE, 2.0)
         return True
 
+    def buffer_update(self) -> bool:
+        """A running statistic updated by hand, as modules do with their buffers."""
+        buf = self.draw(st.sampled_from(("rm", "rv")))
+        if self.input_named(buf) is None:
+            return False
+        v = self.pick(lambda v: v.shape == BASE_SHAPE)
+        if v is None:
+            return False
+        self.lines.append(f"{buf}.mul_(0.9).add_({v.name}.mean(0), alpha=0.1)")
+        self.bound[buf] = max(self.bound[buf], self.b(v))  # a convex mix of the two
+        return True
+
     STATEMENTS = (
         "unary",
         "binary",
@@ -372,6 +402,7 @@ class _Builder:
         "setitem",
         "index_copy",
         "batch_norm",
+        "buffer_update",
     )
 
 
@@ -396,6 +427,10 @@ def _view_shape(kind: str, v: _Var) -> tuple[tuple[int, ...], bool] | None:
         return ((s[1], s[0]), False) if n == 2 else None
     if kind == "unsqueeze(0)":
         return ((1, *s), v.contiguous) if n <= 2 else None
+    if kind == "[::2]":
+        return (((s[0] + 1) // 2, *s[1:]), False) if n >= 1 and s[0] >= 3 else None
+    if kind == "expand":
+        return ((2, *s), False) if n <= 2 else None
     raise ValueError(kind)
 
 
@@ -403,7 +438,10 @@ def _view_shape(kind: str, v: _Var) -> tuple[tuple[int, ...], bool] | None:
 def programs(draw, max_statements: int = MAX_STATEMENTS) -> Program:
     """Hypothesis strategy: a random straight-line in-place :class:`Program`."""
     n_inputs = draw(st.integers(1, 3))
-    inputs = [Input(name, "x", draw(st.booleans())) for name in "abc"[:n_inputs]]
+    inputs = []
+    for name in "abc"[:n_inputs]:
+        grad = draw(st.booleans())
+        inputs.append(Input(name, "x", grad, nonleaf=grad and draw(st.booleans())))
     if draw(st.booleans()):
         inputs += [Input("rm", "rm"), Input("rv", "rv")]
     g = _Builder(draw, inputs, leaf_writes=draw(st.integers(0, 3)) == 3)
@@ -618,6 +656,14 @@ def documented_crash(error: BaseException | None) -> str | None:
     return next((name for name, pattern in DOCUMENTED_CRASHES.items() if re.search(pattern, text)), None)
 
 
+def _same_error(compiled: BaseException | None, eager: BaseException) -> bool:
+    """The compiled run raised eager's own error (same type, same first line) somewhere in its chain."""
+    first = str(eager).strip().splitlines()[0] if str(eager).strip() else ""
+    return any(
+        type(e) is type(eager) and (str(e).strip().splitlines() or [""])[0] == first for e in _error_chain(compiled)
+    )
+
+
 def judge_cell(build: Builder, config: Config, grad: bool, baseline: Callable[[], object]) -> Cell:
     """Classify one run by the verdict rule; ``baseline()`` is plain Thunder's verdict (lazy)."""
     v = differential(build, config)
@@ -645,6 +691,8 @@ def judge_cell(build: Builder, config: Config, grad: bool, baseline: Callable[[]
         if v.eager_error is None and _none_for_zero_grad(v):
             return cell("ok", "documented exception: None where eager's gradient is all zeros")
         return cell("missed-refusal" if v.eager_error is not None else "wrong")
+    if v.eager_error is not None and _same_error(error, v.eager_error):
+        return cell("ok", "raises as eager does")
     documented = documented_crash(error)
     if documented is not None:
         return cell("out-of-scope", f"documented limit: {documented}")
