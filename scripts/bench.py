@@ -79,8 +79,8 @@ def _trace_counts(verdict) -> dict | None:
 
 
 def bench_gallery() -> list[dict]:
-    from thunder_ext.compare import Config, differential
-    from thunder_ext.gallery import PROGRAMS
+    from thunder_ext.testing.compare import Config, differential
+    from thunder_ext.testing.gallery import PROGRAMS
 
     rows = []
     for prog in PROGRAMS:

@@ -10,7 +10,7 @@ this very process:
 * configurations: ``plain`` = ``thunder.jit(fn, fusion_type="dataflow")`` with the default
   executors (nvFuser among them when Thunder finds it); ``transform`` = the same with
   ``InplaceBarrierTransform(check=False)``; ``inductor`` = ``torch.compile(fn)``.
-* ``eager``: the first compiled call compared with eager PyTorch by ``thunder_ext.compare``
+* ``eager``: the first compiled call compared with eager PyTorch by ``thunder_ext.testing.compare``
   (outputs, final inputs, gradients): ``correct``, ``wrong``, or the error class of a crash.
 * ``regions fw / bw``: top-level bound symbols with ``sym.is_fusion`` in the final forward
   (and backward) trace, and in brackets those named ``nvFusion*``. For ``inductor``: the
@@ -46,7 +46,7 @@ warnings.filterwarnings("ignore", message=".*Profiler clears events at the end o
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from thunder_ext import gallery  # noqa: E402
+from thunder_ext.testing import gallery  # noqa: E402
 
 CONFIGS = ("plain", "transform", "inductor")
 
@@ -157,7 +157,7 @@ def _compile(fn: Callable, config: str) -> Callable:
     if config == "inductor":
         torch._dynamo.reset()  # a fresh cache: no recompile limit carried over from another program
         return torch.compile(fn)
-    from thunder_ext.compare import Config, compile_fn
+    from thunder_ext.testing.compare import Config, compile_fn
 
     return compile_fn(fn, Config(transform=config == "transform", fusion_type="dataflow", check=False))
 
@@ -258,8 +258,8 @@ def _err(e: BaseException) -> str:
 
 
 def correctness(bench: Bench, config: str, size: int, device: str) -> tuple[str, Callable | None]:
-    """The first compiled call against eager, as thunder_ext.compare judges it."""
-    from thunder_ext.compare import _assert_same, clone_args, execute
+    """The first compiled call against eager, as thunder_ext.testing.compare judges it."""
+    from thunder_ext.testing.compare import _assert_same, clone_args, execute
 
     torch.manual_seed(0)
     fn, args, state = bench.build(size, device)

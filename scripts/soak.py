@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     from dataclasses import replace
 
-    from thunder_ext.fuzzing import CONFIGS, fails_with, reduce, soak
+    from thunder_ext.testing.fuzzing import CONFIGS, fails_with, reduce, soak
 
     executors = ("default", "torch_compile") if args.executors == "both" else (args.executors,)
     configs = tuple(replace(c, executors=e) for e in executors for c in CONFIGS)

@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from thunder_ext.compare import Config, differential
-    from thunder_ext.gallery import PROGRAMS
+    from thunder_ext.testing.compare import Config, differential
+    from thunder_ext.testing.gallery import PROGRAMS
 
     print(f"verify() on final traces, fusion_type={args.fusion_type!r}, default executors, thunder.jit\n")
     print("| program | plain verdict | plain: violations | transform verdict | transform: violations |")

@@ -9,7 +9,7 @@ import thunder
 import torch
 from packaging.version import Version
 
-from thunder_ext.compare import Config
+from thunder_ext.testing.compare import Config
 
 
 def _has_nvfuser() -> bool:

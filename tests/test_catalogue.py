@@ -28,8 +28,8 @@ import torch
 
 from support import ARGS_TENSOR_MASK, ARGS_TENSOR_MASK_FAILS, MATRIX, PLAIN_HAZARD, config_id
 from thunder_ext import SavedTensorMutationError, ViewGradientError
-from thunder_ext.compare import Config, differential, error_in_chain
-from thunder_ext.gallery import PROGRAMS, Program, by_name
+from thunder_ext.testing.compare import Config, differential, error_in_chain
+from thunder_ext.testing.gallery import PROGRAMS, Program, by_name
 
 # Class of the background note -> the documented error the transform refuses it with.
 REFUSAL_ERRORS = {"5": ViewGradientError, "6": SavedTensorMutationError}

@@ -15,8 +15,8 @@ import thunder
 import torch
 
 from thunder_ext import InplaceBarrierTransform, last_reports
-from thunder_ext.compare import _assert_same, clone_args, execute
-from thunder_ext.gallery import PROGRAMS
+from thunder_ext.testing.compare import _assert_same, clone_args, execute
+from thunder_ext.testing.gallery import PROGRAMS
 
 NAMES = [
     "dead_intermediate",

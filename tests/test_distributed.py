@@ -6,7 +6,7 @@ trains :class:`distributed_worker.InplaceNet` (in-place ReLUs, an in-place resid
 BatchNorm applied twice per forward) in float64 for 3 SGD steps, in eager
 ``DistributedDataParallel(broadcast_buffers=False)`` and through Thunder under
 ``fusion_type="dataflow"``, and saves every step's outputs and gradients and the final
-parameters and buffers.  The tests here compare them as ``thunder_ext.compare`` does
+parameters and buffers.  The tests here compare them as ``thunder_ext.testing.compare`` does
 (``torch.testing.assert_close`` with its float64 defaults).  Ranks see different data, so a
 missing or wrong gradient all-reduce changes the numbers.
 

@@ -18,7 +18,7 @@ import torch
 import thunder_ext
 from thunder_ext.cli import check_main, parse_input_spec
 from thunder_ext.doctor import CheckReport, check
-from thunder_ext.gallery import grad_through_view, war_long_chain, write_saved_for_backward
+from thunder_ext.testing.gallery import grad_through_view, war_long_chain, write_saved_for_backward
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -200,7 +200,7 @@ def test_bad_spec_exits_2_with_one_clear_line(spec, message, tmp_path, capsys):
     [
         ("{dir}/hazard.py:nope", "has no function 'nope'"),
         ("{dir}/missing.py:war", "file not found"),
-        ("thunder_ext.gallery:no_such_program", "has no function 'no_such_program'"),
+        ("thunder_ext.testing.gallery:no_such_program", "has no function 'no_such_program'"),
         ("no_such_module_xyz:f", "cannot import module 'no_such_module_xyz'"),
         ("hazard_without_colon", "must look like"),
     ],
@@ -214,7 +214,7 @@ def test_bad_target_exits_2(target, message, tmp_path, capsys):
 
 
 def test_cli_in_process_module_target(capsys):
-    rc = check_main(["thunder_ext.gallery:war_long_chain", "-i", "4,3,float32", "-i", "4,3,float32",
+    rc = check_main(["thunder_ext.testing.gallery:war_long_chain", "-i", "4,3,float32", "-i", "4,3,float32",
                      "--fusion-type", "dataflow", "--seed", "3"])
     out = capsys.readouterr().out
     assert rc == 0
@@ -242,7 +242,7 @@ def test_cli_exit_status_follows_report_safe(monkeypatch, capsys):
     unsafe = check(grad_through_view, x.requires_grad_(), fusion_types=("dataflow",))
     assert not unsafe.safe
     monkeypatch.setattr(doctor, "check", lambda *a, **k: unsafe)
-    assert check_main(["thunder_ext.gallery:war_long_chain", "-i", "3,float32", "-i", "3,float32"]) == 1
+    assert check_main(["thunder_ext.testing.gallery:war_long_chain", "-i", "3,float32", "-i", "3,float32"]) == 1
     assert capsys.readouterr().out.startswith("UNSAFE")
 
 

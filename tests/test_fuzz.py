@@ -1,6 +1,6 @@
 """Property-based differential testing: random in-place programs, compiled vs eager.
 
-The generator and the verdict rule live in :mod:`thunder_ext.fuzzing` (see its docstring).
+The generator and the verdict rule live in :mod:`thunder_ext.testing.fuzzing` (see its docstring).
 The CI profile (tests/conftest.py) runs a fixed, derandomized budget
 (``THUNDER_EXT_FUZZ_EXAMPLES``, default 40).  The soak:
 
@@ -20,7 +20,7 @@ hypothesis = pytest.importorskip("hypothesis")
 
 from hypothesis import event, given, note, reject  # noqa: E402
 
-from thunder_ext.fuzzing import Program, judge, programs  # noqa: E402
+from thunder_ext.testing.fuzzing import Program, judge, programs  # noqa: E402
 
 
 @given(program=programs())
@@ -41,7 +41,7 @@ SOAK = os.environ.get("THUNDER_EXT_HYPOTHESIS_PROFILE") == "soak"
 @pytest.mark.skipif(not SOAK, reason="the soak runs with THUNDER_EXT_HYPOTHESIS_PROFILE=soak only")
 def test_soak_collects_every_failure() -> None:
     """The soak runner: keeps going past failures, and reports every distinct one."""
-    from thunder_ext.fuzzing import soak
+    from thunder_ext.testing.fuzzing import soak
 
     result = soak(int(os.environ.get("THUNDER_EXT_FUZZ_EXAMPLES", "300")))
     report = [f"{sig}\n{result.smallest(sig)}" for sig in result.failures]

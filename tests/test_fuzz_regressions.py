@@ -1,7 +1,7 @@
 """Minimal programs found by the fuzzer (tests/test_fuzz.py), kept as named regressions.
 
 Each is the shrunk program as plain Python, judged by the fuzzer's verdict rule
-(:func:`thunder_ext.fuzzing.judge_function`): ``thunder.jit`` with the transform
+(:func:`thunder_ext.testing.fuzzing.judge_function`): ``thunder.jit`` with the transform
 (``check=True``) under consecutive and dataflow fusion, with and without grad, against eager.
 An ``xfail(strict=True)`` marks a failure still open; remove it with the fix.
 """
@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from thunder_ext.compare import Config, differential
-from thunder_ext.fuzzing import CONFIGS, judge_function
+from thunder_ext.testing.compare import Config, differential
+from thunder_ext.testing.fuzzing import CONFIGS, judge_function
 
 
 def _x(grad: bool) -> torch.Tensor:
@@ -28,7 +28,7 @@ def _stats() -> tuple[torch.Tensor, torch.Tensor]:
 
 def assert_matches_reference(fn, reference, make_args) -> None:
     """``fn`` compiled with the transform (grad on, both fusion types) equals ``reference`` in eager."""
-    from thunder_ext.compare import Config, _assert_same, _clone, compile_fn, execute
+    from thunder_ext.testing.compare import Config, _assert_same, _clone, compile_fn, execute
 
     torch.manual_seed(0)
     args = make_args()
@@ -200,7 +200,7 @@ def gradless_copy_over_differentiable(b, c, rm, rv):
 def test_gradless_copy_over_differentiable_is_refused():
     """Refused with OverwriteGradientError in grad mode; matches eager without grad."""
     from thunder_ext import OverwriteGradientError
-    from thunder_ext.compare import Config, differential, error_in_chain
+    from thunder_ext.testing.compare import Config, differential, error_in_chain
 
     def build():
         torch.manual_seed(0)
@@ -233,7 +233,7 @@ def index_copy_from_own_view_reference(a, rm, rv, idx):
 def test_index_copy_from_own_view():
     """Documented exception: eager refuses the overlap; the compiled run equals eager with the
     source cloned (Thunder's decomposition reads the source before writing)."""
-    from thunder_ext.compare import Config, _assert_same, _clone, compile_fn, execute
+    from thunder_ext.testing.compare import Config, _assert_same, _clone, compile_fn, execute
 
     def make():
         torch.manual_seed(0)
@@ -352,7 +352,7 @@ def test_lost_zero_cotangents_torch_compile():
     cotangents of unread barrier outputs (Dynamo: failed to find name in frame builtins).  The
     verdict exempts exactly that error; without grad the program matches eager.  When this fails,
     the limit is gone: drop it from the README and from fuzzing.DOCUMENTED_CRASHES."""
-    from thunder_ext.fuzzing import judge_function
+    from thunder_ext.testing.fuzzing import judge_function
 
     j = judge_function(lost_zero_cotangents, lambda g: (_x(False), _x(g), _x(g)), configs=TORCH_COMPILE)
     assert [c.verdict for c in j.cells if not c.grad] == ["ok", "ok"]
@@ -404,7 +404,7 @@ def nonzero_then_scale(x):
 
 def test_crash_shared_with_plain_thunder_is_still_a_failure():
     """Issue 9: a crash plain Thunder shares used to be 'out of scope'; only documented limits are exempt now."""
-    from thunder_ext.fuzzing import judge_function
+    from thunder_ext.testing.fuzzing import judge_function
 
     j = judge_function(nonzero_then_scale, lambda g: (_x(False),), grad_modes=(False,))
     assert [c.verdict for c in j.cells] == ["crash"] * len(j.cells)
@@ -412,7 +412,7 @@ def test_crash_shared_with_plain_thunder_is_still_a_failure():
 
 
 def test_documented_crashes_are_recognised():
-    from thunder_ext.fuzzing import documented_crash
+    from thunder_ext.testing.fuzzing import documented_crash
 
     cycle = RuntimeError("Detected a cycle while swapping; the cycle includes {...}")
     wrapped = RuntimeError("InterpreterError while tracing")

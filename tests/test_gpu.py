@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from support import ARGS_TENSOR_MASK, ARGS_TENSOR_MASK_FAILS, ENTRIES, EXECUTORS, requires_cuda, requires_nvfuser
-from thunder_ext.compare import Config, differential
-from thunder_ext.gallery import PROGRAMS, by_name
+from thunder_ext.testing.compare import Config, differential
+from thunder_ext.testing.gallery import PROGRAMS, by_name
 
 pytestmark = [pytest.mark.gpu]
 

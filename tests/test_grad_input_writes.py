@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from support import MATRIX, PLAIN_HAZARD, config_id
 from thunder_ext import GradInputWriteError
-from thunder_ext.compare import Config, compile_fn, error_in_chain
+from thunder_ext.testing.compare import Config, compile_fn, error_in_chain
 
 
 def add_after_read(x, w):

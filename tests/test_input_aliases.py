@@ -23,8 +23,8 @@ import torch
 
 from support import MATRIX, PLAIN_HAZARD, THUNDER_MAIN, config_id
 from thunder_ext import InplaceBarrierTransform, InputAliasError, SavedTensorMutationError, ViewGradientError
-from thunder_ext.compare import Config, differential, error_in_chain
-from thunder_ext.gallery import INPUT_ALIAS_PROGRAMS, Program
+from thunder_ext.testing.compare import Config, differential, error_in_chain
+from thunder_ext.testing.gallery import INPUT_ALIAS_PROGRAMS, Program
 
 PLAIN_CONSECUTIVE = Config(transform=False, fusion_type="consecutive", executors="default", entry="jit", check=False)
 REFUSAL_ERRORS = {"5": ViewGradientError, "6": SavedTensorMutationError, "7": InputAliasError}

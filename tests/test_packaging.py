@@ -202,3 +202,16 @@ def test_wheel_installs_and_imports_outside_the_repository(wheel, tmp_path):
         env=env,
     )
     assert proc.returncode == 0, "a top-level `transforms` module is importable from the installed wheel"
+
+
+def test_hypothesis_only_behind_the_fuzzer():
+    """hypothesis is a test extra: the product, the main job and the harness never import it."""
+    code = (
+        "import sys, thunder_ext, thunder_ext.transforms, thunder_ext.doctor, thunder_ext.cli, "
+        "thunder_ext.testing.compare, thunder_ext.testing.gallery\n"
+        "thunder_ext.InplaceBarrierTransform\n"
+        "assert 'hypothesis' not in sys.modules, 'hypothesis was imported'\n"
+        "import thunder_ext.testing.fuzzing\n"
+        "assert 'hypothesis' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

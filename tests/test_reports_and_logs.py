@@ -15,7 +15,7 @@ import torch
 import thunder_ext
 from thunder_ext import InplaceBarrierTransform, ViewGradientError
 from thunder_ext.barriers import BarrierReport
-from thunder_ext.gallery import grad_through_view
+from thunder_ext.testing.gallery import grad_through_view
 from thunder_ext.logs import level_from_env
 from thunder_ext.summaries import barrier_report_html, barrier_report_text
 
@@ -194,7 +194,7 @@ def test_cli_prints_no_upstream_noise():
     # transformer_engine's warning comes at `import thunder`; torch's CUDA_HOME log line when
     # ThunderFX imports torch.utils.cpp_extension on a machine with CUDA_HOME but no GPU.
     p = subprocess.run(
-        [sys.executable, "-m", "thunder_ext", "check", "thunder_ext.gallery:war_long_chain", "-i", "4,3,float32",
+        [sys.executable, "-m", "thunder_ext", "check", "thunder_ext.testing.gallery:war_long_chain", "-i", "4,3,float32",
          "-i", "4,3,float32", "--fusion-type", "dataflow", "--entry", "thunderfx"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )

@@ -24,8 +24,8 @@ from thunder_ext import (
     last_reports,
     verify,
 )
-from thunder_ext.compare import Config, differential, execute
-from thunder_ext.gallery import PROGRAMS, Program, by_name
+from thunder_ext.testing.compare import Config, differential, execute
+from thunder_ext.testing.gallery import PROGRAMS, Program, by_name
 from thunder_ext.integration import barrier_count
 from thunder_ext.op_kinds import is_copy, is_return
 

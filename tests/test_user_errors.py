@@ -16,7 +16,7 @@ import torch
 
 import thunder_ext
 from thunder_ext import InplaceBarrierTransform
-from thunder_ext.gallery import war_long_chain
+from thunder_ext.testing.gallery import war_long_chain
 
 
 def plain_function(x):

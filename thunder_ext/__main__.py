@@ -62,8 +62,8 @@ def quiet_upstream_noise() -> None:
 
 
 def gallery_table(*, entry: str = "jit", executors: str = "default") -> tuple[list[dict], bool]:
-    from thunder_ext.compare import Config, differential
-    from thunder_ext.gallery import PROGRAMS
+    from thunder_ext.testing.compare import Config, differential
+    from thunder_ext.testing.gallery import PROGRAMS
     from thunder_ext.integration import barrier_count, collect_final_traces, collect_reports
 
     rows, all_ok = [], True

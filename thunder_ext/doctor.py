@@ -2,7 +2,7 @@
 
 ``check(fn, *args)`` runs ``fn`` eagerly, then compiled by plain Thunder and by Thunder with
 :class:`~thunder_ext.InplaceBarrierTransform` (``check=True``), under both fusion types, and
-compares every compiled run with eager through :mod:`thunder_ext.compare` (outputs, the
+compares every compiled run with eager through :mod:`thunder_ext.testing.compare` (outputs, the
 final state of the inputs, and gradients when inputs require grad).  It also runs the
 checker (:func:`thunder_ext.verify`) on each compiled run's final forward and backward
 traces and on the fusion-stage traces the transform produced, and counts the violations.
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from thunder_ext.compare import Config, Outcome, Verdict, _clone, differential, execute
+from thunder_ext.testing.compare import Config, Outcome, Verdict, _clone, differential, execute
 
 FUSION_TYPES = ("consecutive", "dataflow")
 ENTRIES = ("jit", "thunderfx")

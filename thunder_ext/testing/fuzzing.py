@@ -33,7 +33,7 @@ and the harness retains and compares its gradient.  Shapes are tracked so that e
 bound on magnitudes is tracked per storage so that values stay finite (``exp`` only on
 small values, products capped).  The function returns a tuple of one to three names.
 
-**Verdict rule** (:func:`judge`).  Each program runs through :func:`~thunder_ext.compare.differential`
+**Verdict rule** (:func:`judge`).  Each program runs through :func:`~thunder_ext.testing.compare.differential`
 with ``thunder.jit``, default executors and ``InplaceBarrierTransform(check=True)``, under
 ``fusion_type`` ``consecutive`` and ``dataflow``, once with the inputs' ``requires_grad``
 as generated (when any input requires grad) and once with none.  A cell passes when:
@@ -77,7 +77,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from thunder_ext.compare import Builder, Config, differential
+from thunder_ext.testing.compare import Builder, Config, differential
 
 BASE_SHAPE = (4, 3)
 LIMIT = 100.0  # largest magnitude a value may reach
@@ -168,7 +168,7 @@ class Program:
         return tuple(i.make(grad) for i in self.inputs)
 
     def builder(self, grad: bool) -> Builder:
-        """A :data:`~thunder_ext.compare.Builder`; ``grad=False`` turns every ``requires_grad`` off."""
+        """A :data:`~thunder_ext.testing.compare.Builder`; ``grad=False`` turns every ``requires_grad`` off."""
         fn = self.function()
         return lambda: (fn, self.make_args(grad), {})
 
@@ -599,7 +599,7 @@ def _eager_stricter(build: Builder, v) -> bool:
         return False
     import torch
 
-    from thunder_ext.compare import _clone, execute
+    from thunder_ext.testing.compare import _clone, execute
 
     torch.manual_seed(0)
     fn, args, state = build()
