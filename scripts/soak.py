@@ -5,7 +5,8 @@
     python scripts/soak.py --executors torch_compile   # the cells with executors=[torch_compile_ex]
 
 Prints how many programs ran, how many were out of scope (a documented Thunder limitation in every
-cell), the verdict counts per cell, and every distinct failure with the smallest program
+cell), the verdict counts per cell, the outcomes (ok, refused by error class, wrong, crash;
+``--plain`` judges plain Thunder the same way), and every distinct failure with the smallest program
 that showed it (``--shrink`` asks hypothesis for a minimal one).  Exit status 1 on any failure.
 """
 
@@ -26,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--executors", choices=("default", "torch_compile", "both"), default="default",
                         help="executors of the judged cells, under both fusion types (default: the defaults)")
     parser.add_argument("--progress", type=int, default=25, help="print a line every N programs (0: never)")
+    parser.add_argument("--plain", action="store_true",
+                        help="judge plain Thunder (no transform) by the same rule, for comparison")
     args = parser.parse_args(argv)
 
     warnings.filterwarnings("ignore")
@@ -35,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
 
     executors = ("default", "torch_compile") if args.executors == "both" else (args.executors,)
     configs = tuple(replace(c, executors=e) for e in executors for c in CONFIGS)
+    if args.plain:
+        configs = tuple(replace(c, transform=False, check=False) for c in configs)
 
     start = time.monotonic()
 
@@ -50,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - start
     print(f"\nprograms run: {result.ran} in {elapsed:.0f}s (out of scope: {result.out_of_scope})")
     print("cell verdicts: " + ", ".join(f"{k}={v}" for k, v in sorted(result.cells.items())))
+    print("cell outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(result.statuses.items())))
     print(f"failing programs: {result.failed_programs}; distinct failures: {len(result.failures)}")
     for sig, progs in sorted(result.failures.items()):
         cells = ", ".join(sorted(result.cells_of[sig]))

@@ -743,6 +743,7 @@ class SoakResult:
     ran: int = 0  # programs judged
     out_of_scope: int = 0
     cells: dict[str, int] = field(default_factory=dict)  # verdict -> count
+    statuses: dict[str, int] = field(default_factory=dict)  # ok / refused: <error class> / wrong / crash
     failures: dict[str, list[Program]] = field(default_factory=dict)  # signature -> programs
     cells_of: dict[str, set[str]] = field(default_factory=dict)  # signature -> cell labels
 
@@ -751,6 +752,8 @@ class SoakResult:
         self.out_of_scope += j.out_of_scope
         for c in j.cells:
             self.cells[c.verdict] = self.cells.get(c.verdict, 0) + 1
+            key = f"refused: {c.detail.split(':')[0]}" if c.status == "refused" else c.status
+            self.statuses[key] = self.statuses.get(key, 0) + 1
         for c in j.failures:
             progs = self.failures.setdefault(c.signature(), [])
             if not progs or progs[-1] is not program:
