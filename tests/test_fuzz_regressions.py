@@ -422,3 +422,33 @@ def test_documented_crashes_are_recognised():
     assert documented_crash(reshape).startswith("class 7")
     assert documented_crash(RuntimeError("some other failure")) is None
     assert documented_crash(None) is None
+
+
+# -- a Thunder crash the fuzzer found once the "plain Thunder crashes too" exemption was gone ---
+
+
+def running_stats_copied_into_grad_tensor(a, rm, rv):
+    t0 = a.sum(0)  # noqa: F841
+    t1 = F.batch_norm(a, rm, rv, training=True, momentum=0.1)
+    t1[1:] = rm
+    t2 = rm[1:]  # noqa: F841
+    t3 = t1[0]  # noqa: F841
+    t4 = F.batch_norm(a, rm, rv, training=True, momentum=0.1)  # noqa: F841
+    t5 = a.sin()  # noqa: F841
+    return (rm + 0.5,)
+
+
+def test_backward_assert_on_undifferentiated_output():
+    """Documented limit (README): Thunder gives the output a grad_fn eager does not, and its backward
+    fails on a bare assert, plain Thunder too; the verdict exempts exactly that error."""
+    from thunder_ext.testing.fuzzing import judge_function
+
+    def make(g):
+        return (_x(g), *_stats())
+
+    j = judge_function(running_stats_copied_into_grad_tensor, make)
+    assert [c.verdict for c in j.cells if not c.grad] == ["ok", "ok"]
+    for c in (c for c in j.cells if c.grad):
+        assert c.verdict == "out-of-scope" and "does not differentiate" in c.detail, str(c)
+    plain = differential(lambda: (running_stats_copied_into_grad_tensor, make(True), {}), Config(transform=False, check=False))
+    assert plain.status == "crash" and plain.detail.startswith("AssertionError"), plain.detail
