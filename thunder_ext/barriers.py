@@ -52,7 +52,17 @@ from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import AliasInfo, accessed_groups, input_names, storage_groups
 from thunder_ext.errors import UnorderableAccessError
-from thunder_ext.op_kinds import describe, is_barrier, is_return, tensor_args, tensor_outs, view_kind
+from thunder_ext.op_kinds import (
+    describe,
+    effect_of,
+    is_barrier,
+    is_copy,
+    is_copy_composite,
+    is_return,
+    tensor_args,
+    tensor_outs,
+    view_kind,
+)
 from thunder_ext.remat_guard import BarrierSymbols, barrier_symbols, unguarded_writes
 
 BARRIER_TAG = "thunder_ext"
@@ -303,8 +313,10 @@ class _Placer:
             self.make_write_inputs(i, bsym, effect, write_groups, plan)
             if plan:
                 self.emit(plan, bsym)
-                cur = self.renamed(bsym)
-                my_anc = self.ancestry(cur)
+            for g in write_groups:
+                self.split_copy_source_write(g, bsym, effect)
+            cur = self.renamed(bsym)
+            my_anc = self.ancestry(cur)
             if is_return(bsym):
                 self.check_inputs_reached(my_anc)
             my_anc |= self.record_access(bsym, effect, groups, write_groups)
@@ -320,6 +332,31 @@ class _Placer:
         if i in self.remat_writes and effect.writes and not backward:
             for g in write_groups:
                 self.pending_remat[g] = self.last_write[g]
+
+    def split_copy_source_write(self, g: str, bsym: BoundSymbol, effect) -> None:
+        """A write to the source of an earlier ``copy_`` goes to a new fusion region (torch.compile).
+
+        Inside one ``torch_compile_ex`` region, ``rm.copy_(rv); rv.mul_(rm)`` leaves ``rm`` with the
+        *new* ``rv`` (Inductor's functional copy aliases its source), although the data edge
+        orders the two.  Only when barriers are fused is a region that large possible; then an
+        unfused barrier over the copy's output, read by the write, ends the region at the copy.
+        """
+        if self.symbols.fuser is None:
+            return
+        for _, witness, who in self.epoch.get(g, ()):
+            e = effect_of(who)
+            sources = [p for p in tensor_args(who) if not any(p is w for w in e.writes)]
+            copies_from_g = (is_copy(who) or is_copy_composite(who)) and any(
+                self.info.group_of(p) == g for p in sources
+            )
+            if copies_from_g and witness is not None and all(self.info.group_of(w) != g for w in e.writes):
+                plan = _Plan(witnesses=[witness], reasons=[f"torch.compile: {describe(bsym)} writes the source of {describe(who)}"])
+                for w in effect.writes:
+                    if self.info.group_of(w) == g:
+                        v = self.current(w)
+                        plan.rename.setdefault(v.name, (v, None))
+                self.emit(plan, bsym, pin=True)
+                return
 
     def note_backward_reads(self, bsym: BoundSymbol) -> None:
         # A backward read of a name that a forward write made stale may want the value the

@@ -98,6 +98,11 @@ def is_copy(bsym: BoundSymbol) -> bool:
     return PrimIDs.COPY_ in origin_ids(bsym)
 
 
+def is_copy_composite(bsym: BoundSymbol) -> bool:
+    """``Tensor.copy_`` as traced: a composite around ``prims.copy_`` (it carries no IN_PLACE tag)."""
+    return "torch.Tensor.copy_" in origin_ids(bsym)
+
+
 def is_fusion(bsym: BoundSymbol) -> bool:
     return bool(bsym.sym.is_fusion)
 
