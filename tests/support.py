@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from thunder_ext.compare import Config
+from thunder_ext.compare import Config, Outcome, execute
 
 
 def _has_nvfuser() -> bool:
@@ -42,3 +42,12 @@ ARGS_TENSOR_MASK = (
     "GraphModule) with torch 2.11 + thunder 0.2.6, in plain Thunder too: "
     "see test_catalogue.py::test_autograd_function_thunderfx_fails_in_plain_thunder"
 )
+
+
+def reference_outcome(prog, build) -> Outcome | None:
+    """For a program eager refuses (stricter version counter), its mutation-free reference run on the same inputs."""
+    if prog.reference is None:
+        return None
+    torch.manual_seed(0)
+    _, args, state = build()
+    return execute(prog.reference, [a.detach().clone().requires_grad_(a.requires_grad) for a in args], state)

@@ -84,6 +84,8 @@ class BarrierReport:
     alias_reads: list[AliasRead] = field(default_factory=list)
     backward_reads_of_forward_writes: list[tuple[BoundSymbol, BoundSymbol]] = field(default_factory=list)
     dead_writes: list[BoundSymbol] = field(default_factory=list)
+    # Writes to private storage rewritten out of place before placing (thunder_ext.functionalize).
+    functionalized: list[BoundSymbol] = field(default_factory=list)
     # Witnesses left out because they carry gradients (before autodiff; see place_barriers).
     dropped_witnesses: int = 0
     stripped: int = 0
@@ -481,6 +483,7 @@ def place_barriers(
     comment: bool = True,
     remat_guard: bool = False,
     differentiable: frozenset[str] = frozenset(),
+    functional: bool = True,
 ) -> tuple[TraceCtx, BarrierReport]:
     """The full pass, returning the new trace and a report of what it did.
 
@@ -495,13 +498,24 @@ def place_barriers(
     (:mod:`thunder_ext.remat_guard`), with a barrier before the first later read where no
     ordering barrier already does it.  ``executors`` also decides whether ordering barriers
     are bound so that a fusion executor fuses them (``torch_compile_ex``).
+
+    ``functional`` first rewrites writes to private storage out of place
+    (:mod:`thunder_ext.functionalize`); barriers are then placed on what is left.
     """
     from thunder_ext.dead_writes import dead_inplace_ops, remove_bsyms
+    from thunder_ext.functionalize import functionalize
 
     start = time.perf_counter()
     stripped, previous, resolved = strip_barriers(trace.bound_symbols)
     nstripped = sum(len(v) for v in previous.values())
     new_trace = from_trace(trace)
+    functionalized: list[BoundSymbol] = []
+    if functional:
+        stripped, freport = functionalize(trace, new_trace, stripped, input_names(trace), executors)
+        functionalized = freport.rewritten
+        if functionalized:
+            # What only the rewritten writes' old versions needed is dead now.
+            stripped = remove_bsyms(trace, stripped, set())
     symbols = barrier_symbols(executors, stripped)
 
     def place(
@@ -533,12 +547,14 @@ def place_barriers(
         placer, out = place(stripped, remat, frozenset(differentiable))
     report = placer.report
     report.dead_writes = dead_bsyms
+    report.functionalized = functionalized
     report.stripped = nstripped
     new_trace.bound_symbols = out
     report.seconds = time.perf_counter() - start
     new_trace.set_provenance(
         TraceProvenance(
-            f"thunder_ext barriers ({len(report.barriers)} placed, {nstripped} stripped, "
+            f"thunder_ext barriers ({len(functionalized)} private writes made functional, "
+            f"{len(report.barriers)} placed, {nstripped} stripped, "
             f"{len(report.dead_writes)} dead in-place ops removed; took {report.seconds * 1e3:.0f} ms)"
         )
     )
