@@ -50,7 +50,7 @@ from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.extend import Executor
 
-from thunder_ext.alias_analysis import AliasInfo, accessed_groups, input_names, storage_groups
+from thunder_ext.alias_analysis import AliasInfo, StorageGroups, accessed_groups, input_names, storage_groups
 from thunder_ext.errors import UnorderableAccessError
 from thunder_ext.op_kinds import describe, is_barrier, is_return, tensor_args, tensor_outs
 from thunder_ext.remat_guard import BarrierSymbols, barrier_symbols, unguarded_writes
@@ -148,8 +148,11 @@ class _Placer:
 
     Walk state:
 
-    * ``swap`` maps every stripped proxy to its current version (a write's output or a
-      barrier's output), ``holders`` is its inverse;
+    * ``versions`` is a union-find of versions (:class:`StorageGroups`): a write or barrier
+      that replaces a version unions it under the new one, so the root of any stripped proxy is
+      its current version, found in near-constant time (renaming every earlier version on each
+      write made long traces quadratic); ``next_version`` keeps the uncompressed chain with the
+      write that made each version stale;
     * ``anc`` maps a current proxy name to the bitset of accesses it depends on (one bit per
       access to a mutated group, in program order);
     * ``last_write`` and ``epoch`` hold, per group, the latest write and the accesses since.
@@ -196,9 +199,9 @@ class _Placer:
                 self.writes_at.setdefault(self.info.group_of(w), []).append(k)
 
         self.defined: set[str] = set(self.inputs)
-        self.swap: dict = {}
-        self.holders: dict[str, set] = {}
-        self.renamed_by: dict = {}  # variableified stripped proxy -> the write that made it stale
+        self.versions = StorageGroups()
+        self.version_proxy: dict[str, TensorProxy] = {}
+        self.next_version: dict[str, tuple[str, BoundSymbol | None]] = {}  # version -> (next, stale-making write)
         self.made_by_barrier: set[str] = set()
         self.anc: dict[str, int] = {}
         self.nbits = 0
@@ -209,19 +212,27 @@ class _Placer:
     # -- versions and reachability ------------------------------------------------------------
 
     def current(self, proxy) -> TensorProxy:
-        return self.swap.get(variableify(proxy), proxy)
+        root = self.versions.group(proxy.name)
+        return proxy if root == proxy.name else self.version_proxy[root]
 
     def bump(self, old: TensorProxy, new: TensorProxy, by: BoundSymbol | None) -> None:
         """Every stripped proxy whose current version is ``old`` now reads ``new``.
 
         ``by`` is the write that made ``old`` stale, or None for a pure renaming.
         """
-        keys = self.holders.pop(old.name, set()) | {variableify(old)}
-        for k in keys:
-            self.swap[k] = new
+        if old.name == new.name:
+            return
+        self.version_proxy[new.name] = new
+        self.versions.union(old.name, new.name)  # ``new`` is fresh, so it becomes the root
+        self.next_version[old.name] = (new.name, by)
+
+    def stale_by(self, name: str) -> BoundSymbol | None:
+        """The first write that made the version ``name`` stale (pure renamings skipped), or None."""
+        while name in self.next_version:
+            name, by = self.next_version[name]
             if by is not None:
-                self.renamed_by.setdefault(k, by)
-        self.holders.setdefault(new.name, set()).update(keys)
+                return by
+        return None
 
     def ancestry(self, bsym: BoundSymbol) -> int:
         acc = 0
@@ -233,7 +244,12 @@ class _Placer:
         return bool((self.anc.get(proxy.name, 0) >> bit) & 1)
 
     def renamed(self, bsym: BoundSymbol) -> BoundSymbol:
-        return bsym.from_bsym_swap_proxies(self.swap, skip_output=True) if self.swap else bsym
+        swap = {}
+        for p in bsym.flat_proxy_args:
+            v = self.current(p)
+            if v is not p:
+                swap[variableify(p)] = v
+        return bsym.from_bsym_swap_proxies(swap, skip_output=True) if swap else bsym
 
     def stale_members(self, g: str, i: int, bit: int | None, cause, plan: _Plan) -> None:
         """Add the members of ``g`` used at or after ``i`` whose version does not depend on ``bit``."""
@@ -301,7 +317,7 @@ class _Placer:
         # A backward read of a name that a forward write made stale wants the value saved
         # before the write (class 6); renaming would silently read the new one.
         for p in tensor_args(bsym):
-            by = self.renamed_by.get(variableify(p))
+            by = self.stale_by(p.name)
             if by is not None and not has_tags(by, {BoundSymbolTag.BACKWARD}):
                 self.report.backward_reads_of_forward_writes.append((by, bsym))
 
