@@ -546,3 +546,20 @@ def test_unknown_alias_keeps_the_write():
     _assert_matches_eager(_reshape_then_write, args, jfn)
     (rep,) = last_reports(jfn)
     assert rep.before_autodiff.functionalized == []
+
+
+def _private_running_stats(x):
+    rm, rv = torch.zeros(3), torch.ones(3)
+    y = torch.nn.functional.batch_norm(x, rm, rv, training=True)  # one composite writes both
+    rv.mul_(2)
+    rm.add_(1)
+    return y.sin(), rm * 1, rv[1:] + 1
+
+
+def test_composite_writing_two_private_groups_keeps_both():
+    """A composite that writes two private buffers (batch_norm's running stats) keeps every write to both."""
+    args = lambda: (torch.randn(8, 3),)  # noqa: E731
+    jfn = _jit(_private_running_stats, transform=True)
+    _assert_matches_eager(_private_running_stats, args, jfn)
+    (rep,) = last_reports(jfn)
+    assert rep.before_autodiff.functionalized == []

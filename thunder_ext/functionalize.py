@@ -172,7 +172,8 @@ class _Functionalizer:
                 w = _write_form(bsym)
                 g = info.group_of(effect.writes[0])
                 if w is None or len(effect.writes) != 1 or w.dst.name not in self.node:
-                    bad.add(g)
+                    # Every group it writes keeps this write, so none of them can go functional.
+                    bad.update(info.group_of(x) for x in effect.writes)
                     continue
                 if not self.writable(self.node[w.dst.name]):
                     bad.add(g)
@@ -298,9 +299,12 @@ class _Functionalizer:
             swap = self.values_for(bsym, tensor_args(bsym))
             if w.out is not None:
                 swap[variableify(w.src)] = w.out
+            pre = [s.from_bsym_swap_proxies(swap) for s in w.pre]
+            if self.executors is not None:
+                # At the fusion stage a composite's subsymbols are not yet claimed by an executor.
+                pre = _claim(self.trace, pre, self.executors)
             backward = has_tags(bsym, {BoundSymbolTag.BACKWARD})
-            for s in w.pre:
-                s2 = s.from_bsym_swap_proxies(swap)
+            for s2 in pre:
                 s2 = s2.from_bsym(source_filename=bsym.source_filename, source_positions=bsym.source_positions)
                 if backward:
                     s2.tags.add(BoundSymbolTag.BACKWARD)
