@@ -26,9 +26,11 @@ one of the composite's outputs.  The return is an access like any other, so it a
 reads the latest version of every mutated input.
 
 Economy.  Besides the barriers that ordering needs, one barrier goes before each write
-whose destination is not a trace input: nvFuser can only write to a tensor that is an
-input of its fusion region, and the barrier (which nvFuser does not fuse) makes it one.
-A write to a trace input needs none.
+whose destination is not a trace input, when nvFuser may run the trace (the executors are
+unknown, as before autodiff, or include nvFuser): nvFuser can only write to a tensor that is
+an input of its fusion region, and the barrier (which nvFuser does not fuse) makes it one.
+A write to a trace input needs none, and neither does any write when the compilation's
+executors do not include nvFuser (at the fusion stage of a CPU run).
 
 Pure view creation (``x[0]``, ``expand``, ...) reads no data and is not an access; a
 ``reshape`` that may copy is.  Barriers, stripped in step 1, are never accesses.
@@ -110,7 +112,9 @@ def strip_barriers(bsyms: Sequence[BoundSymbol]) -> tuple[list[BoundSymbol], dic
                 swap[variableify(o)] = i
             dropped.setdefault(tuple(i.name for i in ins), []).append(tuple(outs))
             continue
-        out.append(bsym.from_bsym_swap_proxies(swap) if swap else bsym)
+        # Swap only what this bsym reads: Thunder's swap walks the whole map for every proxy.
+        mine = {v: swap[v] for v in map(variableify, bsym.flat_proxy_args) if v in swap} if swap else None
+        out.append(bsym.from_bsym_swap_proxies(mine) if mine else bsym)
     return out, dropped, {k.proxy.name: v.name for k, v in swap.items()}
 
 
@@ -169,11 +173,14 @@ class _Placer:
         remat_writes: frozenset[int] = frozenset(),
         differentiable: frozenset[str] = frozenset(),
         resolved: dict[str, str] | None = None,
+        write_inputs: bool = True,
+        effects: dict | None = None,
     ):
         self.new_trace, self.bsyms = new_trace, bsyms
+        self.write_inputs = write_inputs  # nvFuser may run this trace (see Economy)
         self.previous = {k: list(v) for k, v in previous.items()}
         self.inputs = input_names(trace)
-        self.info: AliasInfo = storage_groups(bsyms, self.inputs)
+        self.info: AliasInfo = storage_groups(bsyms, self.inputs, effects)
         self.mutated = self.info.mutated_groups
         self.symbols = symbols
         self.comment = comment
@@ -292,7 +299,8 @@ class _Placer:
                     self.order_write(g, bsym, effect, my_anc, plan)
                 else:
                     self.order_read(g, i, bsym, my_anc, plan)
-            self.make_write_inputs(i, bsym, effect, write_groups, plan)
+            if self.write_inputs:
+                self.make_write_inputs(i, bsym, effect, write_groups, plan)
             if plan:
                 self.emit(plan, bsym)
                 cur = self.renamed(bsym)
@@ -525,26 +533,31 @@ def place_barriers(
     stripped, previous, resolved = strip_barriers(trace.bound_symbols)
     nstripped = sum(len(v) for v in previous.values())
     new_trace = from_trace(trace)
+    effects: dict = {}  # the effects of bsyms analysed more than once (see storage_groups)
     functionalized: list[BoundSymbol] = []
     if functional:
-        stripped, freport = functionalize(trace, new_trace, stripped, input_names(trace), executors)
+        stripped, freport = functionalize(trace, new_trace, stripped, input_names(trace), executors, effects)
         functionalized = freport.rewritten
         if functionalized:
             # What only the rewritten writes' old versions needed is dead now.
             stripped = remove_bsyms(trace, stripped, set())
     symbols = barrier_symbols(executors, stripped)
+    # Thunder registers nvFuser only where it can run (CUDA), so its absence is final.
+    write_inputs = executors is None or any(getattr(ex, "name", None) == "nvfuser" for ex in executors)
 
     def place(
         bsyms: list[BoundSymbol], remat: frozenset[int] = frozenset(), diff: frozenset[str] = frozenset()
     ) -> tuple[_Placer, list[BoundSymbol]]:
-        placer = _Placer(trace, new_trace, bsyms, symbols, comment, previous, remat, diff, resolved)
+        placer = _Placer(
+            trace, new_trace, bsyms, symbols, comment, previous, remat, diff, resolved, write_inputs, effects
+        )
         return placer, placer.run()
 
     placer, out = place(stripped)
     dead_bsyms: list[BoundSymbol] = []
     # A barrier shared by several groups can keep a write alive only through a write that
     # is itself dead, so removal repeats until nothing is dead (each round removes >= 1).
-    while dead := dead_inplace_ops(out, placer.inputs):
+    while dead := dead_inplace_ops(out, placer.inputs, effects):
         dead_origins = {placer.origin[k] for k in dead}
         dead_bsyms += [stripped[j] for j in sorted(dead_origins)]
         stripped = remove_bsyms(trace, stripped, dead_origins)
