@@ -248,3 +248,23 @@ def test_inplace_activation_module_plain_thunder_is_wrong(name: str):
         return
     with pytest.raises(AssertionError):
         torch.testing.assert_close(got, expected)
+
+
+# -- the higher-order case of upstream's test_update_aliases.py --------------------------------
+
+
+@pytest.mark.parametrize("config", [c for c in MATRIX if c.entry == "jit"], ids=config_id)
+def test_autograd_function_backward_writes_nothing(config: Config):
+    """An autograd.Function whose forward and backward write in place to their own intermediates:
+    eager's gradients, and no update_aliases and no copy_ in the final backward (upstream's
+    test_higher_order_inplace_alias_update; under ThunderFX see ARGS_TENSOR_MASK)."""
+    import thunder
+
+    from thunder_ext.checker import flatten_for_check
+    from thunder_ext.op_kinds import is_barrier, is_copy
+
+    verdict = differential(by_name("autograd_function_inplace").build, config)
+    assert verdict.status == "correct", verdict.detail
+    (bw,) = thunder.last_backward_traces(verdict.outcome.compiled)[-1:]
+    flat = flatten_for_check(bw.bound_symbols)
+    assert not any(is_barrier(b) or is_copy(b) for b in flat), str(bw)

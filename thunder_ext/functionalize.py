@@ -8,8 +8,9 @@ effect a caller can see, except through later reads inside the trace, so
 * a whole-tensor write (``y.add_(1)``, ``copy_(src, y)``) becomes its out-of-place value; the
   write's output and every later use of ``y`` or of its aliases read that value;
 * a write through a view of a private base (``y[1:].mul_(2)``) becomes a scatter of the new
-  values into the base: the view is replayed on ``arange(base.numel())`` to find which base
-  elements it covers, and ``index_copy`` puts the values there, out of place;
+  values into the base, out of place, with ``index_copy``: along one dimension for a slice or
+  an index on it; otherwise the view chain is replayed on ``arange(base.numel())`` to find
+  which base elements it covers, and the values go there in the flattened base;
 * a view of the base read after a write is re-derived from the new base (view replay): its
   view op is called again on the current value.
 
@@ -141,10 +142,12 @@ _BASE = ("base",)
 
 
 class _Functionalizer:
-    def __init__(self, trace: TraceCtx, new_trace: TraceCtx, bsyms: list[BoundSymbol], inputs: set[str], executors):
+    def __init__(
+        self, trace: TraceCtx, new_trace: TraceCtx, bsyms: list[BoundSymbol], inputs: set[str], executors, effects
+    ):
         self.trace, self.new_trace, self.bsyms = trace, new_trace, bsyms
         self.executors = executors
-        self.info = storage_groups(bsyms, inputs)
+        self.info = storage_groups(bsyms, inputs, effects)
         self.report = FunctionalizeReport()
         self.node: dict[str, tuple] = {}  # member name -> node (path position from the base)
         self.view_of: dict[tuple, tuple[int, int, tuple]] = {}  # view node -> (bsym index, out index, parent)
@@ -181,7 +184,7 @@ class _Functionalizer:
                 self.writes[i] = w
                 if w.out is not None:
                     self.node[w.out.name] = self.node[w.dst.name]
-                if w.src.name in info.groups._parent:
+                if w.src.name in info.groups:  # a top-level proxy, not one made inside the composite
                     src_groups.setdefault(g, set()).add(info.group_of(w.src))
             elif effect.aliases:
                 form = _view_form(bsym, effect)
@@ -330,6 +333,12 @@ class _Functionalizer:
             path.append(self.view_of[n])
             n = self.view_of[n][2]
         path.reverse()
+        direct = self.direct_scatter(base, path, value)
+        if direct is not None:
+            bsyms, result = self.record(direct)
+            self.emit(bsyms, like)
+            self.report.scatters += 1
+            return result
 
         def build():
             numel = 1
@@ -351,6 +360,42 @@ class _Functionalizer:
         return result
 
 
+    def direct_scatter(self, base: TensorProxy, path: list, value: TensorProxy):
+        """For ``base[k]`` with ``k`` a slice or an int on one dimension (the common case), a function
+        emitting the scatter along that dimension, with an index of that dimension's length (not the
+        base's).  Else None."""
+        if len(path) != 1:
+            return None
+        view = self.bsyms[path[0][0]]
+        if ltorch.getitem.id not in origin_ids(view) or len(view.args) < 2:
+            return None
+        key = view.args[1] if isinstance(view.args[1], tuple) else (view.args[1],)
+        if len(key) > len(base.shape) or not all(type(k) in (int, slice) for k in key):
+            return None
+        if any(isinstance(k, slice) and not all(type(x) in (int, type(None)) for x in (k.start, k.stop, k.step))
+               for k in key):
+            return None
+        picks = [(d, k) for d, k in enumerate(key) if k != slice(None)]
+        if len(picks) > 1:
+            return None
+        if not picks:
+            return lambda: value
+        d, k = picks[0]
+        size = base.shape[d]
+        # index_copy along ``d`` with an index of that dimension's length only; (slice|select)_scatter
+        # would be the obvious ops, but their backward breaks torch_compile_ex (Dynamo: "Unexpected
+        # type in sourceless builder").
+        if isinstance(k, int):
+            index = k + size if k < 0 else k
+            return lambda: ltorch.index_copy(
+                base, d, ltorch.arange(index, index + 1, device=base.device), ltorch.unsqueeze(value, d)
+            )
+        start, stop, step = k.indices(size)
+        if step <= 0 or start >= stop:
+            return None
+        return lambda: ltorch.index_copy(base, d, ltorch.arange(start, stop, step, device=base.device), value)
+
+
 def _flat(x):
     from thunder.core.pytree import tree_flatten
 
@@ -362,8 +407,17 @@ def _claim(trace: TraceCtx, bsyms: list[BoundSymbol], executors: Sequence[Execut
     from thunder.executors.passes import _transform_for_operator_executor_execution
 
     tmp = from_trace(trace)
-    tmp.bound_symbols = list(bsyms)
-    return list(_transform_for_operator_executor_execution(tmp, executors).bound_symbols)
+    outs = tuple(p for b in bsyms for p in tensor_outs(b))
+    # Thunder main's claim step reads the trace's output, so the list gets a return, dropped after.
+    tmp.bound_symbols = [*bsyms, prims.python_return.bind(outs, output=None)]
+    claimed = list(_transform_for_operator_executor_execution(tmp, executors).bound_symbols)
+    # Claiming re-traces and may rename outputs; later bsyms know the original names.
+    ret = claimed.pop() if claimed and claimed[-1].sym.id == PrimIDs.RETURN else None
+    if ret is None:
+        return claimed
+    renamed = [p for p in _flat(ret.args) if isinstance(p, TensorProxy)]
+    back = {variableify(n): o for n, o in zip(renamed, outs) if n.name != o.name}
+    return [b.from_bsym_swap_proxies(back) for b in claimed] if back else claimed
 
 
 def functionalize(
@@ -372,12 +426,14 @@ def functionalize(
     bsyms: list[BoundSymbol],
     inputs: set[str],
     executors: Sequence[Executor] | None = None,
+    effects: dict | None = None,
 ) -> tuple[list[BoundSymbol], FunctionalizeReport]:
     """Rewrite the writes to private storage in ``bsyms`` (barriers already stripped) out of place.
 
     ``new_trace`` names the new proxies.  ``executors`` is given at the fusion stage, where
     the bsyms the pass adds must be claimed by them.  Returns the new bsyms (not yet
-    dead-code eliminated) and a report.
+    dead-code eliminated) and a report.  ``effects`` is a cache for
+    :func:`thunder_ext.alias_analysis.storage_groups`.
     """
-    f = _Functionalizer(trace, new_trace, bsyms, inputs, executors)
+    f = _Functionalizer(trace, new_trace, bsyms, inputs, executors, effects)
     return f.run(), f.report
