@@ -9,9 +9,10 @@ over a large buffer; with inputs requiring grad, so a backward exists, and witho
 static estimate (``thunder.examine.memory_calculation.get_alloc_memory``) of the peak memory
 of the final forward and backward traces: ``thunder.jit``, ``fusion_type="dataflow"``,
 default executors.  ``ratio`` is transform / plain; ``-`` where a run made no trace (plain
-Thunder crashes on some gallery programs).  Writing out of place can raise the peak where ops
-run unfused; the transform re-inplaces there (``thunder_ext/reinplace.py``), and no ratio
-should exceed 1.
+Thunder crashes on some gallery programs) or the estimate fails (a ``None`` cotangent).
+The estimate counts every ``copy_`` and ``update_aliases`` output as a new allocation,
+although both alias at run time; refused programs are listed with whatever trace the refused
+compilation left.  The last line names every program above 1.
 """
 
 from __future__ import annotations
