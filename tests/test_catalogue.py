@@ -8,8 +8,8 @@ checker on), in each gradient variant that applies to it:
 * ``grad_off``: for a program built with inputs requiring grad, the same program with every
   input detached (what runs under ``torch.no_grad``-style inference);
 * ``grad_on``: for a program built without grad, every floating input that the program does
-  not mutate requires grad (eager allows it).  Where a gradient then flows through a view of
-  a tensor written in place (class 5), the expected outcome is a ``ViewGradientError``;
+  not mutate requires grad (eager allows it).  A gradient that flows through a view of an
+  intermediate written in place (class 5 on private storage) must be eager's;
 * ``grad_leaf_mutated``: for a program that mutates a floating input, *every* floating input
   requires grad.  Eager raises (in-place op on a leaf that requires grad), and the compiled
   run must not silently return numbers.
@@ -26,9 +26,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from support import ARGS_TENSOR_MASK, ARGS_TENSOR_MASK_FAILS, MATRIX, PLAIN_HAZARD, config_id
+from support import ARGS_TENSOR_MASK, ARGS_TENSOR_MASK_FAILS, MATRIX, PLAIN_HAZARD, config_id, reference_outcome
 from thunder_ext import SavedTensorMutationError, ViewGradientError
-from thunder_ext.testing.compare import Config, differential, error_in_chain
+from thunder_ext.testing.compare import Config, compile_fn, differential, error_in_chain
 from thunder_ext.testing.gallery import PROGRAMS, Program, by_name
 
 # Class of the background note -> the documented error the transform refuses it with.
@@ -123,22 +123,12 @@ def _expected_refusal(prog: Program) -> type:
 # -- the matrix -------------------------------------------------------------------------------
 
 
-# With inputs requiring grad, these programs let a gradient flow through a view of a tensor
-# written in place (class 5 of the note), which the transform refuses.
-GRAD_ON_VIEW_REFUSALS = {"view_before_write", "view_after_write", "setitem_on_view"}
-
-
 @pytest.mark.parametrize("prog, variant, build, config", list(_cells()))
 def test_gallery_cell(prog: Program, variant: str, build, config: Config):
     """With the transform, the program matches eager (or is refused with its documented error) in this cell."""
-    verdict = differential(build, config)
+    verdict = differential(build, config, eager=reference_outcome(prog, build))
     detail = f"{verdict.status}: {verdict.detail}"
-    if prog.refused and variant == "as_built":
-        expected = _expected_refusal(prog)
-    elif variant == "grad_on" and prog.name in GRAD_ON_VIEW_REFUSALS:
-        expected = ViewGradientError
-    else:
-        expected = None
+    expected = _expected_refusal(prog) if prog.refused and variant == "as_built" else None
     if expected is not None:
         assert verdict.status == "refused", detail
         assert error_in_chain(verdict.outcome.error, expected) is not None, f"expected {expected.__name__}; {detail}"
@@ -162,7 +152,7 @@ def test_gallery_cell(prog: Program, variant: str, build, config: Config):
 @pytest.mark.parametrize("prog", [p for p in PROGRAMS if p.plain_fails], ids=lambda p: p.name)
 def test_plain_thunder_fails_hazard(prog: Program):
     """Plain Thunder under dataflow fusion gets this hazard program wrong, so its transform cells are evidence."""
-    verdict = differential(prog.build, PLAIN_HAZARD)
+    verdict = differential(prog.build, PLAIN_HAZARD, eager=reference_outcome(prog, prog.build))
     assert not verdict.ok
     assert verdict.status in ("wrong", "crash"), f"{verdict.status}: {verdict.detail}"
 
@@ -208,18 +198,10 @@ def test_waw_none_grad_in_plain_thunder():
 TRANSFORM_HAZARD = Config(transform=True, fusion_type="dataflow", executors="default", entry="jit", check=True)
 
 
-# Refused today although plain Thunder is right: class 5 on storage the function created itself,
-# which the private-storage rewrite (issue 7) makes functional instead of refusing.
-PRIVATE_CLASS_5 = {("view_after_write", "grad_on")}
-
-
 def _variant_cells():
     for prog in PROGRAMS:
         for vname, build in variants(prog):
-            marks = []
-            if (prog.name, vname) in PRIVATE_CLASS_5:
-                marks = [pytest.mark.xfail(strict=True, reason="class 5 on private storage is refused (issue 7)")]
-            yield pytest.param(prog, vname, build, marks=marks, id=f"{prog.name}-{vname}")
+            yield pytest.param(prog, vname, build, id=f"{prog.name}-{vname}")
 
 
 @pytest.mark.parametrize("prog, variant, build", list(_variant_cells()))
@@ -230,3 +212,89 @@ def test_no_refusal_where_plain_thunder_is_right(prog: Program, variant: str, bu
         return
     plain = differential(build, PLAIN_HAZARD, eager=verdict.eager)
     assert plain.status != "correct", f"refused ({verdict.detail}) although plain Thunder matches eager"
+
+
+# -- in-place activation modules, trained one step ---------------------------------------------
+
+
+def _mlp_module() -> torch.nn.Module:
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Linear(6, 8), nn.ReLU(inplace=True), nn.Linear(8, 8), nn.SiLU(inplace=True), nn.Linear(8, 8),
+        nn.LeakyReLU(0.1, inplace=True), nn.Linear(8, 8), nn.Hardtanh(inplace=True), nn.Linear(8, 2),
+    )
+
+
+class _GroupNormSiLUBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gn = torch.nn.GroupNorm(2, 4)
+        self.act = torch.nn.SiLU(inplace=True)
+        self.conv = torch.nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        h = self.conv(self.act(self.gn(x)))
+        h += x
+        return h
+
+
+MODULES = {"mlp": (_mlp_module, (5, 6)), "groupnorm_silu_block": (_GroupNormSiLUBlock, (2, 4, 5, 5))}
+
+
+def _train_one_step(name: str, config: Config | None):
+    """(output, grads, parameters after one SGD step) of the module, eager when ``config`` is None."""
+    import copy
+
+    make, shape = MODULES[name]
+    torch.manual_seed(0)
+    module = make()
+    x = torch.randn(*shape)
+    module = copy.deepcopy(module)
+    run = module if config is None else compile_fn(module, config)
+    opt = torch.optim.SGD(module.parameters(), lr=0.5)
+    out = run(x)
+    out.square().sum().backward()
+    grads = [p.grad.clone() for p in module.parameters()]
+    opt.step()
+    return out.detach(), grads, [p.detach().clone() for p in module.parameters()]
+
+
+@pytest.mark.parametrize("config", MATRIX, ids=config_id)
+@pytest.mark.parametrize("name", list(MODULES))
+def test_inplace_activation_module_trains_one_step(name: str, config: Config):
+    """Every write goes to an activation the module made itself: no refusal, eager's gradients and parameters."""
+    expected = _train_one_step(name, None)
+    got = _train_one_step(name, config)
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+def test_inplace_activation_module_plain_thunder_is_wrong(name: str):
+    """Plain Thunder under dataflow fusion trains these modules wrong, so the cells above are evidence."""
+    expected = _train_one_step(name, None)
+    try:
+        got = _train_one_step(name, PLAIN_HAZARD)
+    except Exception:
+        return
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(got, expected)
+
+
+# -- the higher-order case of upstream's test_update_aliases.py --------------------------------
+
+
+@pytest.mark.parametrize("config", [c for c in MATRIX if c.entry == "jit"], ids=config_id)
+def test_autograd_function_backward_writes_nothing(config: Config):
+    """An autograd.Function whose forward and backward write in place to their own intermediates:
+    eager's gradients, and no update_aliases and no copy_ in the final backward (upstream's
+    test_higher_order_inplace_alias_update; under ThunderFX see ARGS_TENSOR_MASK)."""
+    import thunder
+
+    from thunder_ext.checker import flatten_for_check
+    from thunder_ext.op_kinds import is_barrier, is_copy
+
+    verdict = differential(by_name("autograd_function_inplace").build, config)
+    assert verdict.status == "correct", verdict.detail
+    (bw,) = thunder.last_backward_traces(verdict.outcome.compiled)[-1:]
+    flat = flatten_for_check(bw.bound_symbols)
+    assert not any(is_barrier(b) or is_copy(b) for b in flat), str(bw)

@@ -18,7 +18,7 @@ import torch
 import thunder_ext
 from thunder_ext.cli import check_main, parse_input_spec
 from thunder_ext.doctor import CheckReport, check
-from thunder_ext.testing.gallery import grad_through_view, war_long_chain, write_saved_for_backward
+from thunder_ext.testing.gallery import grad_through_view_of_input, war_long_chain, write_saved_for_backward
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -110,8 +110,10 @@ def test_html_is_escaped():
 
 
 def test_refused_construct_is_reported_refused_and_unsafe():
-    (x,) = _inputs((4, 3), grad=True)
-    r = check(grad_through_view, x)
+    # Class 5 on an input's storage (on private storage it is made functional, not refused).
+    (a,) = _inputs((4, 3))
+    (w,) = _inputs((3,), grad=True)
+    r = check(grad_through_view_of_input, a, w)
     for row in r.transform_rows:
         assert row.result == "refused"
         assert "ViewGradientError" in row.detail
@@ -121,8 +123,10 @@ def test_refused_construct_is_reported_refused_and_unsafe():
 
 
 def test_refused_where_eager_refuses_is_safe():
-    (x,) = _inputs((4, 3), grad=True)
-    r = check(write_saved_for_backward, x)
+    # Class 6 on an input's storage: x * z saves x, then x is written.
+    (x,) = _inputs((4, 3))
+    (w,) = _inputs((4, 3), grad=True)
+    r = check(war_long_chain, x, w)
     assert r.eager_error is not None
     for row in r.transform_rows:
         assert row.result == "refused (eager too)", row.detail
@@ -238,8 +242,8 @@ def test_cli_unsafe_exits_1(tmp_path, monkeypatch, capsys):
 def test_cli_exit_status_follows_report_safe(monkeypatch, capsys):
     from thunder_ext import doctor
 
-    x, w = _inputs((3,), (3,))
-    unsafe = check(grad_through_view, x.requires_grad_(), fusion_types=("dataflow",))
+    a, w = _inputs((4, 3), (3,))
+    unsafe = check(grad_through_view_of_input, a, w.requires_grad_(), fusion_types=("dataflow",))
     assert not unsafe.safe
     monkeypatch.setattr(doctor, "check", lambda *a, **k: unsafe)
     assert check_main(["thunder_ext.testing.gallery:war_long_chain", "-i", "3,float32", "-i", "3,float32"]) == 1

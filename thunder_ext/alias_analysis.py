@@ -60,6 +60,9 @@ class StorageGroups:
     def add(self, name: str) -> None:
         self._parent.setdefault(name, name)
 
+    def __contains__(self, name: str) -> bool:
+        return name in self._parent
+
     def union(self, a: str, b: str) -> None:
         ra, rb = self.group(a), self.group(b)
         if ra != rb:
@@ -99,11 +102,17 @@ class AliasInfo:
 
 
 def storage_groups(
-    bsyms: Sequence[BoundSymbol], inputs: Iterable[str] = (), aliased_inputs: Iterable[Iterable[str]] = ()
+    bsyms: Sequence[BoundSymbol],
+    inputs: Iterable[str] = (),
+    aliased_inputs: Iterable[Iterable[str]] = (),
+    *,
+    cache: dict[int, tuple] | None = None,
 ) -> AliasInfo:
     """Classify every bsym and union the proxies that may share storage.
 
     ``aliased_inputs``: sets of input names that share storage at run time.
+    ``cache`` (id of a bsym -> (bsym, effect)) lets one pass reuse the effects of bsyms it
+    analyses more than once; an entry counts only for the very same object.
     """
     groups = StorageGroups()
     effects = []
@@ -113,7 +122,13 @@ def storage_groups(
             groups.add(n)
             groups.union(n, names[0])
     for bsym in bsyms:
-        e = effect_of(bsym)
+        hit = cache.get(id(bsym)) if cache is not None else None
+        if hit is not None and hit[0] is bsym:
+            e = hit[1]
+        else:
+            e = effect_of(bsym)
+            if cache is not None:
+                cache[id(bsym)] = (bsym, e)
         effects.append(e)
         for p in (*bsym.flat_proxy_args, *bsym.flat_proxy_outs):
             if isinstance(p, TensorProxy):

@@ -26,9 +26,11 @@ one of the composite's outputs.  The return is an access like any other, so it a
 reads the latest version of every mutated input.
 
 Economy.  Besides the barriers that ordering needs, one barrier goes before each write
-whose destination is not a trace input: nvFuser can only write to a tensor that is an
-input of its fusion region, and the barrier (which nvFuser does not fuse) makes it one.
-A write to a trace input needs none.
+whose destination is not a trace input, when nvFuser may run the trace (the executors are
+unknown, as before autodiff, or include nvFuser): nvFuser can only write to a tensor that is
+an input of its fusion region, and the barrier (which nvFuser does not fuse) makes it one.
+A write to a trace input needs none, and neither does any write when the compilation's
+executors do not include nvFuser (at the fusion stage of a CPU run).
 
 Pure view creation (``x[0]``, ``expand``, ...) reads no data and is not an access; a
 ``reshape`` that may copy is.  Barriers, stripped in step 1, are never accesses.
@@ -50,7 +52,7 @@ from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.extend import Executor
 
-from thunder_ext.alias_analysis import AliasInfo, accessed_groups, input_names, storage_groups
+from thunder_ext.alias_analysis import AliasInfo, StorageGroups, accessed_groups, input_names, storage_groups
 from thunder_ext.errors import UnorderableAccessError
 from thunder_ext.op_kinds import (
     describe,
@@ -94,6 +96,8 @@ class BarrierReport:
     alias_reads: list[AliasRead] = field(default_factory=list)
     backward_reads_of_forward_writes: list[tuple[BoundSymbol, BoundSymbol]] = field(default_factory=list)
     dead_writes: list[BoundSymbol] = field(default_factory=list)
+    # Writes to private storage rewritten out of place before placing (thunder_ext.functionalize).
+    functionalized: list[BoundSymbol] = field(default_factory=list)
     # Witnesses left out because they carry gradients (before autodiff; see place_barriers).
     dropped_witnesses: int = 0
     stripped: int = 0
@@ -134,7 +138,9 @@ def strip_barriers(bsyms: Sequence[BoundSymbol]) -> tuple[list[BoundSymbol], dic
                 swap[variableify(o)] = i
             dropped.setdefault(tuple(i.name for i in ins), []).append(tuple(outs))
             continue
-        out.append(bsym.from_bsym_swap_proxies(swap) if swap else bsym)
+        # Swap only what this bsym reads: Thunder's swap walks the whole map for every proxy.
+        mine = {v: swap[v] for v in map(variableify, bsym.flat_proxy_args) if v in swap} if swap else None
+        out.append(bsym.from_bsym_swap_proxies(mine) if mine else bsym)
     return out, dropped, {k.proxy.name: v.name for k, v in swap.items()}
 
 
@@ -172,8 +178,11 @@ class _Placer:
 
     Walk state:
 
-    * ``swap`` maps every stripped proxy to its current version (a write's output or a
-      barrier's output), ``holders`` is its inverse;
+    * ``versions`` is a union-find of versions (:class:`StorageGroups`): a write or barrier
+      that replaces a version unions it under the new one, so the root of any stripped proxy is
+      its current version, found in near-constant time (renaming every earlier version on each
+      write made long traces quadratic); ``next_version`` keeps the uncompressed chain with the
+      write that made each version stale;
     * ``anc`` maps a current proxy name to the bitset of accesses it depends on (one bit per
       access to a mutated group, in program order);
     * ``last_write`` and ``epoch`` hold, per group, the latest write and the accesses since.
@@ -191,11 +200,14 @@ class _Placer:
         differentiable: frozenset[str] = frozenset(),
         resolved: dict[str, str] | None = None,
         aliased_inputs: tuple[frozenset[str], ...] = (),
+        write_inputs: bool = True,
+        effects: dict | None = None,
     ):
         self.new_trace, self.bsyms = new_trace, bsyms
+        self.write_inputs = write_inputs  # nvFuser may run this trace (see Economy)
         self.previous = {k: list(v) for k, v in previous.items()}
         self.inputs = input_names(trace)
-        self.info: AliasInfo = storage_groups(bsyms, self.inputs, aliased_inputs)
+        self.info: AliasInfo = storage_groups(bsyms, self.inputs, aliased_inputs, cache=effects)
         self.mutated = self.info.mutated_groups
         self.symbols = symbols
         self.comment = comment
@@ -230,9 +242,9 @@ class _Placer:
                     self.first_forward_read.setdefault(p.name, k)
 
         self.defined: set[str] = set(self.inputs)
-        self.swap: dict = {}
-        self.holders: dict[str, set] = {}
-        self.renamed_by: dict = {}  # variableified stripped proxy -> the write that made it stale
+        self.versions = StorageGroups()
+        self.version_proxy: dict[str, TensorProxy] = {}
+        self.next_version: dict[str, tuple[str, BoundSymbol | None]] = {}  # version -> (next, stale-making write)
         self.made_by_barrier: set[str] = set()
         self.anc: dict[str, int] = {}
         self.nbits = 0
@@ -243,19 +255,27 @@ class _Placer:
     # -- versions and reachability ------------------------------------------------------------
 
     def current(self, proxy) -> TensorProxy:
-        return self.swap.get(variableify(proxy), proxy)
+        root = self.versions.group(proxy.name)
+        return proxy if root == proxy.name else self.version_proxy[root]
 
     def bump(self, old: TensorProxy, new: TensorProxy, by: BoundSymbol | None) -> None:
         """Every stripped proxy whose current version is ``old`` now reads ``new``.
 
         ``by`` is the write that made ``old`` stale, or None for a pure renaming.
         """
-        keys = self.holders.pop(old.name, set()) | {variableify(old)}
-        for k in keys:
-            self.swap[k] = new
+        if old.name == new.name:
+            return
+        self.version_proxy[new.name] = new
+        self.versions.union(old.name, new.name)  # ``new`` is fresh, so it becomes the root
+        self.next_version[old.name] = (new.name, by)
+
+    def stale_by(self, name: str) -> BoundSymbol | None:
+        """The first write that made the version ``name`` stale (pure renamings skipped), or None."""
+        while name in self.next_version:
+            name, by = self.next_version[name]
             if by is not None:
-                self.renamed_by.setdefault(k, by)
-        self.holders.setdefault(new.name, set()).update(keys)
+                return by
+        return None
 
     def ancestry(self, bsym: BoundSymbol) -> int:
         acc = 0
@@ -267,7 +287,12 @@ class _Placer:
         return bool((self.anc.get(proxy.name, 0) >> bit) & 1)
 
     def renamed(self, bsym: BoundSymbol) -> BoundSymbol:
-        return bsym.from_bsym_swap_proxies(self.swap, skip_output=True) if self.swap else bsym
+        swap = {}
+        for p in bsym.flat_proxy_args:
+            v = self.current(p)
+            if v is not p:
+                swap[variableify(p)] = v
+        return bsym.from_bsym_swap_proxies(swap, skip_output=True) if swap else bsym
 
     def stale_members(self, g: str, i: int, bit: int | None, cause, plan: _Plan) -> None:
         """Add the members of ``g`` used at or after ``i`` whose version does not depend on ``bit``."""
@@ -310,7 +335,8 @@ class _Placer:
                     self.order_write(g, bsym, effect, my_anc, plan)
                 else:
                     self.order_read(g, i, bsym, my_anc, plan)
-            self.make_write_inputs(i, bsym, effect, write_groups, plan)
+            if self.write_inputs:
+                self.make_write_inputs(i, bsym, effect, write_groups, plan)
             if plan:
                 self.emit(plan, bsym)
             for g in write_groups:
@@ -363,7 +389,7 @@ class _Placer:
         # forward read before the write (class 6, docs/design.md); renaming would silently read the new one.
         # If the forward read that name only after the write, the new value is the one saved.
         for p in tensor_args(bsym):
-            by = self.renamed_by.get(variableify(p))
+            by = self.stale_by(p.name)
             if (
                 by is not None
                 and not has_tags(by, {BoundSymbolTag.BACKWARD})
@@ -559,6 +585,7 @@ def place_barriers(
     remat_guard: bool = False,
     differentiable: frozenset[str] = frozenset(),
     aliased_inputs: tuple[frozenset[str], ...] = (),
+    functional: bool = True,
 ) -> tuple[TraceCtx, BarrierReport]:
     """The full pass, returning the new trace and a report of what it did.
 
@@ -576,26 +603,53 @@ def place_barriers(
 
     ``aliased_inputs`` names sets of inputs that share storage at run time (Thunder ``main``
     passes ``f(x, x[0, 0])`` as two arguments; :mod:`thunder_ext.input_aliases`).
+
+    ``functional`` first rewrites writes to private storage out of place
+    (:mod:`thunder_ext.functionalize`); barriers are then placed on what is left.
     """
     from thunder_ext.dead_writes import dead_inplace_ops, remove_bsyms
+    from thunder_ext.functionalize import functionalize
 
     start = time.perf_counter()
     stripped, previous, resolved = strip_barriers(trace.bound_symbols)
     nstripped = sum(len(v) for v in previous.values())
     new_trace = from_trace(trace)
+    effects: dict = {}  # the effects of bsyms analysed more than once (see storage_groups)
+    functionalized: list[BoundSymbol] = []
+    if functional:
+        stripped, freport = functionalize(trace, new_trace, stripped, input_names(trace), executors, effects)
+        functionalized = freport.rewritten
+        if functionalized:
+            # What only the rewritten writes' old versions needed is dead now.
+            stripped = remove_bsyms(trace, stripped, set())
     symbols = barrier_symbols(executors, stripped)
+    # Thunder registers nvFuser only where it can run (CUDA), so its absence is final.
+    write_inputs = executors is None or any(getattr(ex, "name", None) == "nvfuser" for ex in executors)
 
     def place(
         bsyms: list[BoundSymbol], remat: frozenset[int] = frozenset(), diff: frozenset[str] = frozenset()
     ) -> tuple[_Placer, list[BoundSymbol]]:
-        placer = _Placer(trace, new_trace, bsyms, symbols, comment, previous, remat, diff, resolved, aliased_inputs)
+        placer = _Placer(
+            trace,
+            new_trace,
+            bsyms,
+            symbols,
+            comment,
+            previous,
+            remat,
+            diff,
+            resolved,
+            aliased_inputs,
+            write_inputs,
+            effects,
+        )
         return placer, placer.run()
 
     placer, out = place(stripped)
     dead_bsyms: list[BoundSymbol] = []
     # A barrier shared by several groups can keep a write alive only through a write that
     # is itself dead, so removal repeats until nothing is dead (each round removes >= 1).
-    while dead := dead_inplace_ops(out, placer.inputs):
+    while dead := dead_inplace_ops(out, placer.inputs, effects):
         dead_origins = {placer.origin[k] for k in dead}
         dead_bsyms += [stripped[j] for j in sorted(dead_origins)]
         stripped = remove_bsyms(trace, stripped, dead_origins)
@@ -614,12 +668,14 @@ def place_barriers(
         placer, out = place(stripped, remat, frozenset(differentiable))
     report = placer.report
     report.dead_writes = dead_bsyms
+    report.functionalized = functionalized
     report.stripped = nstripped
     new_trace.bound_symbols = out
     report.seconds = time.perf_counter() - start
     new_trace.set_provenance(
         TraceProvenance(
-            f"thunder_ext barriers ({len(report.barriers)} placed, {nstripped} stripped, "
+            f"thunder_ext barriers ({len(functionalized)} private writes made functional, "
+            f"{len(report.barriers)} placed, {nstripped} stripped, "
             f"{len(report.dead_writes)} dead in-place ops removed; took {report.seconds * 1e3:.0f} ms)"
         )
     )

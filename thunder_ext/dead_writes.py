@@ -27,9 +27,9 @@ from thunder_ext.alias_analysis import storage_groups
 from thunder_ext.op_kinds import is_return
 
 
-def dead_inplace_ops(bsyms: Sequence[BoundSymbol], inputs: Iterable[str]) -> list[int]:
-    """Indices of the in-place bsyms in ``bsyms`` (a barriered list) that are dead."""
-    info = storage_groups(bsyms, inputs)
+def dead_inplace_ops(bsyms: Sequence[BoundSymbol], inputs: Iterable[str], cache: dict | None = None) -> list[int]:
+    """Indices of the in-place bsyms in ``bsyms`` (a barriered list) that are dead (``cache``: see storage_groups)."""
+    info = storage_groups(bsyms, inputs, cache=cache)
     input_groups = info.input_groups
     needed: set[str] = set()
     dead: list[int] = []

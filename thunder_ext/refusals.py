@@ -1,7 +1,9 @@
 """Refusals: constructs whose gradients Thunder 0.2.6 gets wrong, turned into clear errors.
 
 They are judged on the trace before autodiff, where the transform still sees the program as
-written.  Each refusal names the bound symbols and the user's source lines.
+written.  Writes to private storage never reach them: the barrier pass makes those
+functional first (:mod:`thunder_ext.functionalize`), so classes 5 and 6 are refused only on
+storage a caller can see (inputs and their views), where the write stays.  Each refusal names the bound symbols and the user's source lines.
 
 * class 5 (:class:`ViewGradientError`): a value read after an in-place write through another
   alias of its storage, when gradients flow through it (Thunder's VJP of ``copy_`` ignores

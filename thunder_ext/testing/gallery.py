@@ -9,6 +9,9 @@ no number: no failure class, a case plain Thunder already gets right); ``plain_f
 plain Thunder 0.2.6 gets it wrong with the default executors under dataflow fusion (the
 configuration where the classes reproduce), as measured by ``tests/test_catalogue.py``.
 ``refused`` programs are the constructs the transform refuses with a documented error.
+``reference`` is, for a program eager PyTorch itself refuses (its version counter is stricter,
+see the README's *Known limits*), a mutation-free function with the values the program
+computes; the tests compare against it instead of against eager.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class Program:
     grad: bool = False
     plain_fails: bool = False
     refused: bool = False
+    reference: Callable | None = None
 
 
 def _t(*shape, grad: bool = False) -> torch.Tensor:
@@ -172,14 +176,31 @@ def loop_inplace(x):
     return acc
 
 
-# -- refused: classes 5 and 6 -----------------------------------------------------------------
+def loop_reference(x):
+    # With grad, eager refuses loop_inplace (exp saved its result, then it was written).
+    y = x.exp()
+    acc = x * 0
+    for _ in range(20):
+        y = y + 1
+        acc = acc + y
+    return acc
+
+
+# -- classes 5 and 6 on private storage: functional, so gradients are eager's -----------------
 
 
 def grad_through_view(x):
     y = x * 2
-    v = y[0]
+    v = y[0]  # a view read after a write to its base
     y.mul_(3)
     return v
+
+
+def write_through_view_grad(x, w):
+    y = x * 2
+    y[1:].mul_(w)  # a write through a view of an intermediate
+    v = y[:, 0]  # a view made after the write
+    return y.sin(), v * 1
 
 
 def write_saved_for_backward(x):
@@ -240,6 +261,35 @@ def _power_iteration_build():
 def _bn2d_build():
     x = _t(4, 3, 2, 2, grad=True)
     return batch_norm2d_read_stats, (x, _t(3, grad=True), _t(3, grad=True), torch.zeros(3), torch.ones(3)), {}
+def write_saved_for_backward_reference(x):
+    y = x * 2
+    s = y.sin()
+    return s, y * 3
+
+
+def mlp_inplace_activations(x, w1, b1, w2, b2, w3, b3, w4, b4, w5, b5):
+    # Every in-place activation module writes to an activation the function made itself.
+    h = torch.nn.ReLU(inplace=True)(F.linear(x, w1, b1))
+    h = torch.nn.SiLU(inplace=True)(F.linear(h, w2, b2))
+    h = torch.nn.LeakyReLU(0.1, inplace=True)(F.linear(h, w3, b3))
+    h = torch.nn.Hardtanh(inplace=True)(F.linear(h, w4, b4))
+    return F.linear(h, w5, b5)
+
+
+def groupnorm_silu_block(x, gn_w, gn_b, conv_w, conv_b):
+    h = torch.nn.SiLU(inplace=True)(F.group_norm(x, 2, gn_w, gn_b))
+    h = F.conv2d(h, conv_w, conv_b, padding=1)
+    h += x  # residual, in place into the conv output
+    return h
+
+
+# -- refused: class 5 on observable storage -----------------------------------------------------
+
+
+def grad_through_view_of_input(a, w):
+    v = a[0]  # a view of an input that does not require grad
+    a.mul_(w)  # gives the input history through w
+    return v
 
 
 def _plain(fn, *shapes, grad=False):
@@ -273,6 +323,20 @@ def _module_build():
     return fn, args, {"running_mean": bn.running_mean, "running_var": bn.running_var}
 
 
+def _mlp_build():
+    torch.manual_seed(0)
+    dims = [(6, 8), (8, 8), (8, 8), (8, 8), (8, 2)]
+    params = []
+    for i, o in dims:
+        params += [_t(o, i, grad=True), _t(o, grad=True)]
+    return mlp_inplace_activations, (_t(5, 6), *params), {}
+
+
+def _block_build():
+    return groupnorm_silu_block, (_t(2, 4, 5, 5), _t(4, grad=True), _t(4, grad=True), _t(4, 4, 3, 3, grad=True),
+                                  _t(4, grad=True)), {}
+
+
 def _index_copy_build():
     return index_copy_cache, (torch.zeros(6, 4), _t(2, 4), torch.tensor([1, 4])), {}
 
@@ -297,16 +361,21 @@ PROGRAMS: tuple[Program, ...] = (
     Program("copy_into_intermediate", _plain(copy_into_intermediate, (4, 3), (4, 3)), "copy_"),
     Program("index_copy_cache", _index_copy_build, "input cache"),
     Program("setitem_on_view", _plain(setitem_on_view, (4, 3)), "setitem"),
-    Program("loop_inplace", _plain(loop_inplace, (4, 3)), "loop"),
+    Program("loop_inplace", _plain(loop_inplace, (4, 3)), "loop", reference=loop_reference),
+    Program("grad_through_view", _plain(grad_through_view, (4, 3), grad=True), "5 private", grad=True,
+            plain_fails=True),
+    Program("write_through_view_grad", _grad_inputs(write_through_view_grad, [((4, 3), True), ((3,), True)]),
+            "5 private", grad=True, plain_fails=True),
     Program(
-        "war_long_chain_grad", _grad_inputs(war_long_chain, [((4, 3), False), ((4, 3), True)]), "6 refused", grad=True,
-        refused=True,
+        "write_saved_for_backward", _plain(write_saved_for_backward, (4, 3), grad=True), "6 private", grad=True,
+        plain_fails=True, reference=write_saved_for_backward_reference,
     ),
-    Program("grad_through_view", _plain(grad_through_view, (4, 3), grad=True), "5 refused", grad=True, refused=True),
-    Program(
-        "write_saved_for_backward", _plain(write_saved_for_backward, (4, 3), grad=True), "6 refused", grad=True,
-        refused=True,
-    ),
+    Program("mlp_inplace_activations", _mlp_build, "6 private", grad=True, plain_fails=True),
+    Program("groupnorm_silu_block", _block_build, "6 private", grad=True, plain_fails=True),
+    Program("war_long_chain_grad", _grad_inputs(war_long_chain, [((4, 3), False), ((4, 3), True)]), "6 refused", grad=True,
+            refused=True),
+    Program("grad_through_view_of_input", _grad_inputs(grad_through_view_of_input, [((4, 3), False), ((3,), True)]),
+            "5 refused", grad=True, refused=True),
     Program("rotary_cache_refresh", _rotary_build, "buffer slice write", grad=True),
     Program(
         "strided_input_scale", _grad_inputs(strided_input_scale, [((4, 4), False), ((4, 3), True)]),

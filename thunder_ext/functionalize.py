@@ -1,0 +1,439 @@
+"""Functionalization of private storage: writes nobody else can see become out-of-place ops.
+
+Storage is *observable* when its group (:mod:`thunder_ext.alias_analysis`) contains a trace
+input, and *private* when it was created inside the trace.  A write to private storage has no
+effect a caller can see, except through later reads inside the trace, so
+:func:`functionalize` rewrites it out of place and makes every later read see the new value:
+
+* a whole-tensor write (``y.add_(1)``, ``copy_(src, y)``) becomes its out-of-place value; the
+  write's output and every later use of ``y`` or of its aliases read that value;
+* a write through a view of a private base (``y[1:].mul_(2)``) becomes a scatter of the new
+  values into the base, out of place, with ``index_copy``: along one dimension for a slice or
+  an index on it; otherwise the view chain is replayed on ``arange(base.numel())`` to find
+  which base elements it covers, and the values go there in the flattened base;
+* a view of the base read after a write is re-derived from the new base (view replay): its
+  view op is called again on the current value.
+
+After this pass the barrier pass (:mod:`thunder_ext.barriers`) runs on what is left: the
+writes to observable storage, and the private groups that could not be functionalized.
+
+Invariants this pass relies on:
+
+* a write it rewrites is either a ``copy_(src, dst)`` or a composite whose last subsymbol is
+  ``copy_(src, dst)`` with ``dst`` one of its arguments, its output the ``copy_``'s output,
+  and no other write in it (every ``ltorch`` in-place op and ``inplace=True`` variant traces
+  so); ``src`` has ``dst``'s shape, dtype and device;
+* every alias edge of a rewritten group is such a write or a *pure selection view* (its output
+  elements are elements of its only tensor argument, same dtype; see :data:`_NOT_REPLAYABLE`),
+  and the group has exactly one member not made by an alias edge: its base.  Anything else
+  (a ``reshape`` that may copy, ``detach``, a dtype view, ``as_strided``, a view with a
+  tensor index, an unknown composite) leaves the whole group as it was, with its writes and
+  today's barriers: the pass never guesses;
+* a write through a view that repeats elements (``expand``, ``unfold``) is left as it is;
+* the value written is never an alias of storage that keeps an in-place write, since the
+  rewritten group would then alias a tensor that still changes.
+
+Guarantees:
+
+* observable storage is untouched: its writes, and every read of it, stay as they were;
+* a group is rewritten whole or not at all, so no private group keeps part of its writes;
+* the input trace is never mutated; at the fusion stage the bsyms it adds are claimed by the
+  compilation's executors (:func:`_claim`), so they run wherever the replaced ones did, and a
+  bsym replacing or read by a backward bsym is tagged backward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import thunder.torch as ltorch
+from thunder.core import dtypes, prims
+from thunder.core.proxies import TensorProxy, variableify
+from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
+from thunder.core.trace import TraceCtx, from_trace, tracectx
+from thunder.extend import Executor
+
+from thunder_ext.alias_analysis import storage_groups
+from thunder_ext.op_kinds import effect_of, is_copy, origin_ids, tensor_args, tensor_outs
+
+PrimIDs = prims.PrimIDs
+
+
+def _ids(*names: str) -> frozenset:
+    return frozenset(s.id for s in ltorch._syms_returning_views if s.name in names)
+
+
+# Views whose output is not a plain selection of the input's elements (dtype or complex
+# reinterpretation, raw strides, sparse parts) or that cut the autograd history (detach).
+_NOT_REPLAYABLE = _ids("detach", "real", "imag", "view_as_real", "indices", "values", "as_strided", "adjoint") | {
+    PrimIDs.BITCAST
+}
+# Views that repeat input elements: reading through them is fine, writing through them is not.
+_READ_ONLY = _ids("expand", "expand_as", "unfold") | {PrimIDs.BROADCAST_IN_DIM, PrimIDs.UNFOLD}
+
+
+@dataclass
+class FunctionalizeReport:
+    """What the pass did: the writes it rewrote (the original bsyms) and the groups it left alone."""
+
+    rewritten: list[BoundSymbol] = field(default_factory=list)
+    kept_private_groups: int = 0
+    replayed_views: int = 0
+    scatters: int = 0
+
+
+@dataclass(frozen=True)
+class _Write:
+    """A write this pass can rewrite: ``src`` becomes the new value of ``dst``, computed by ``pre``."""
+
+    dst: TensorProxy
+    src: TensorProxy
+    out: TensorProxy | None
+    pre: tuple[BoundSymbol, ...]
+
+
+def _write_form(bsym: BoundSymbol) -> _Write | None:
+    """Recognise a rewritable write (see the module's invariants), else None."""
+    if is_copy(bsym):
+        copy, pre = bsym, ()
+    elif bsym.subsymbols and is_copy(bsym.subsymbols[-1]):
+        copy, pre = bsym.subsymbols[-1], tuple(bsym.subsymbols[:-1])
+        if any(effect_of(s).writes for s in pre):
+            return None
+    else:
+        return None
+    args = copy.flat_proxy_args
+    if len(args) < 2 or not all(isinstance(a, TensorProxy) for a in args[:2]):
+        return None
+    src, dst = args[0], args[1]
+    if not any(a.name == dst.name for a in tensor_args(bsym)):
+        return None
+    outs = tensor_outs(bsym)
+    copy_outs = tensor_outs(copy)
+    if len(outs) > 1 or (outs and (not copy_outs or outs[0].name != copy_outs[0].name)):
+        return None
+    if src.shape != dst.shape or src.dtype != dst.dtype or src.device != dst.device:
+        return None
+    if pre:
+        made = {p.name for s in pre for p in s.flat_proxy_outs}
+        if src.name in made:
+            # The value must be fresh: made by a pre-subsymbol that aliases nothing.
+            producer = next(s for s in reversed(pre) if any(p.name == src.name for p in s.flat_proxy_outs))
+            if effect_of(producer).aliases:
+                return None
+    return _Write(dst=dst, src=src, out=outs[0] if outs else None, pre=pre)
+
+
+def _view_form(bsym: BoundSymbol, effect) -> str | None:
+    """'rw' for a pure selection view, 'r' for one that repeats elements, None otherwise."""
+    if not effect.is_view:
+        return None
+    args = tensor_args(bsym)
+    ids = origin_ids(bsym)
+    if len(args) != 1 or ids & _NOT_REPLAYABLE:
+        return None
+    if dtypes.is_complex_dtype(args[0].dtype) or any(o.dtype != args[0].dtype for o in tensor_outs(bsym)):
+        return None
+    return "r" if ids & _READ_ONLY else "rw"
+
+
+_BASE = ("base",)
+
+
+class _Functionalizer:
+    def __init__(
+        self, trace: TraceCtx, new_trace: TraceCtx, bsyms: list[BoundSymbol], inputs: set[str], executors, effects
+    ):
+        self.trace, self.new_trace, self.bsyms = trace, new_trace, bsyms
+        self.executors = executors
+        self.info = storage_groups(bsyms, inputs, cache=effects)
+        self.report = FunctionalizeReport()
+        self.node: dict[str, tuple] = {}  # member name -> node (path position from the base)
+        self.view_of: dict[tuple, tuple[int, int, tuple]] = {}  # view node -> (bsym index, out index, parent)
+        self.writes: dict[int, _Write] = {}
+        self.read_only: dict[tuple, bool] = {}  # view node -> it repeats elements (no writes through it)
+        self.groups = self.plan()
+
+    # -- which groups -------------------------------------------------------------------------
+
+    def plan(self) -> set[str]:
+        info = self.info
+        mutated = info.mutated_groups
+        candidates = mutated - info.input_groups
+        if not candidates:
+            return set()
+        bad: set[str] = set()
+        bases: dict[str, int] = {}
+        src_groups: dict[str, set[str]] = {}
+        for i, (bsym, effect) in enumerate(zip(self.bsyms, info.effects)):
+            gs = {info.group_of(p) for p in (*tensor_args(bsym), *tensor_outs(bsym))} & candidates
+            if not gs:
+                continue
+            aliased = {o.name for o, _ in effect.aliases}
+            if effect.writes:
+                w = _write_form(bsym)
+                g = info.group_of(effect.writes[0])
+                if w is None or len(effect.writes) != 1 or w.dst.name not in self.node:
+                    # Every group it writes keeps this write, so none of them can go functional.
+                    bad.update(info.group_of(x) for x in effect.writes)
+                    continue
+                if not self.writable(self.node[w.dst.name]):
+                    bad.add(g)
+                    continue
+                self.writes[i] = w
+                if w.out is not None:
+                    self.node[w.out.name] = self.node[w.dst.name]
+                if w.src.name in info.groups:  # a top-level proxy, not one made inside the composite
+                    src_groups.setdefault(g, set()).add(info.group_of(w.src))
+            elif effect.aliases:
+                form = _view_form(bsym, effect)
+                arg = tensor_args(bsym)[0] if tensor_args(bsym) else None
+                if form is None or arg is None or arg.name not in self.node:
+                    bad.update(info.group_of(o) for o, _ in effect.aliases)
+                    continue
+                for k, o in enumerate(tensor_outs(bsym)):
+                    n = (i, k)
+                    self.view_of[n] = (i, k, self.node[arg.name])
+                    self.node[o.name] = n
+                    self.read_only[n] = form == "r" or self.read_only.get(self.node[arg.name], False)
+            for o in tensor_outs(bsym):
+                g = info.group_of(o)
+                if g in candidates and o.name not in aliased and o.name not in self.node:
+                    bases[g] = bases.get(g, 0) + 1
+                    self.node[o.name] = _BASE
+        bad |= {g for g, n in bases.items() if n != 1}
+        # The value written must not alias storage that keeps a write.
+        changed = True
+        while changed:
+            changed = False
+            for g, srcs in src_groups.items():
+                if g not in bad and any(s in mutated and (s in bad or s not in candidates) for s in srcs):
+                    bad.add(g)
+                    changed = True
+        self.report.kept_private_groups = len(candidates & bad)
+        return candidates - bad
+
+    def writable(self, n: tuple) -> bool:
+        return not self.read_only.get(n, False)
+
+    # -- the walk -------------------------------------------------------------------------------
+
+    def run(self) -> list[BoundSymbol]:
+        if not self.groups:
+            return list(self.bsyms)
+        info = self.info
+        self.out: list[BoundSymbol] = []
+        self.cur: dict[str, dict[tuple, TensorProxy]] = {g: {} for g in self.groups}
+        for i, bsym in enumerate(self.bsyms):
+            write = self.writes.get(i)
+            effect = info.effects[i]
+            if write is not None and info.group_of(write.dst) in self.groups:
+                self.rewrite(i, bsym, write)
+                continue
+            is_view = effect.aliases and tensor_args(bsym) and info.group_of(tensor_args(bsym)[0]) in self.groups
+            swap = self.values_for(bsym, tensor_args(bsym))
+            new = bsym.from_bsym_swap_proxies(swap, skip_output=True) if swap else bsym
+            self.out.append(new)
+            if is_view:
+                g = info.group_of(tensor_args(bsym)[0])
+                for k, o in enumerate(tensor_outs(bsym)):
+                    self.cur[g][(i, k)] = o
+            for o in tensor_outs(bsym):
+                g = info.group_of(o)
+                if g in self.groups and self.node.get(o.name) == _BASE:
+                    self.cur[g][_BASE] = o
+        return self.out
+
+    def values_for(self, before: BoundSymbol, proxies: Sequence[TensorProxy]) -> dict:
+        swap = {}
+        for p in proxies:
+            g = self.info.group_of(p)
+            if g in self.groups:
+                v = self.value(g, self.node[p.name], before)
+                if v.name != p.name:
+                    swap[variableify(p)] = v
+        return swap
+
+    def value(self, g: str, n: tuple, before: BoundSymbol) -> TensorProxy:
+        """The current value of node ``n`` of group ``g``, replaying its view if a write made it stale."""
+        cur = self.cur[g]
+        if n in cur:
+            return cur[n]
+        i, k, parent = self.view_of[n]
+        base = self.value(g, parent, before)
+        outs = self.replay(self.bsyms[i], base, before)
+        for k2, o in enumerate(outs):
+            cur[(i, k2)] = o
+        self.report.replayed_views += 1
+        return cur[n]
+
+    def replay(self, view: BoundSymbol, new_input: TensorProxy, like: BoundSymbol) -> list[TensorProxy]:
+        """Call ``view``'s symbol again on ``new_input``; emit its bsyms before ``like``."""
+        arg = tensor_args(view)[0]
+        swapped = view.from_bsym_swap_proxies({variableify(arg): new_input}, skip_output=True)
+        bsyms, result = self.record(lambda: swapped.sym(*swapped.args, **swapped.kwargs))
+        self.emit(bsyms, like)
+        return [p for p in _flat(result) if isinstance(p, TensorProxy)]
+
+    def record(self, fn):
+        with tracectx(self.new_trace):
+            self.new_trace.push_scope([])
+            result = fn()
+            bsyms = self.new_trace.pop_scope()
+        return bsyms, result
+
+    def emit(self, bsyms: list[BoundSymbol], like: BoundSymbol) -> None:
+        if self.executors is not None:
+            bsyms = _claim(self.trace, bsyms, self.executors)
+        backward = has_tags(like, {BoundSymbolTag.BACKWARD})
+        for b in bsyms:
+            b = b.from_bsym(source_filename=like.source_filename, source_positions=like.source_positions)
+            if backward:
+                b.tags.add(BoundSymbolTag.BACKWARD)
+            self.out.append(b)
+
+    def rewrite(self, i: int, bsym: BoundSymbol, w: _Write) -> None:
+        g = self.info.group_of(w.dst)
+        n = self.node[w.dst.name]
+        self.report.rewritten.append(bsym)
+        # The new value: the write's own computation, out of place, on current values.
+        if w.pre:
+            swap = self.values_for(bsym, tensor_args(bsym))
+            if w.out is not None:
+                swap[variableify(w.src)] = w.out
+            pre = [s.from_bsym_swap_proxies(swap) for s in w.pre]
+            if self.executors is not None:
+                # At the fusion stage a composite's subsymbols are not yet claimed by an executor.
+                pre = _claim(self.trace, pre, self.executors)
+            backward = has_tags(bsym, {BoundSymbolTag.BACKWARD})
+            for s2 in pre:
+                s2 = s2.from_bsym(source_filename=bsym.source_filename, source_positions=bsym.source_positions)
+                if backward:
+                    s2.tags.add(BoundSymbolTag.BACKWARD)
+                self.out.append(s2)
+            value = w.out if w.out is not None else w.src
+            value = swap.get(variableify(value), value)
+        else:
+            value = w.src
+            gs = self.info.group_of(w.src)
+            if gs in self.groups:
+                value = self.value(gs, self.node[w.src.name], bsym)
+        if n == _BASE:
+            self.cur[g] = {_BASE: value}
+        else:
+            base = self.value(g, _BASE, bsym)
+            new_base = self.scatter(g, base, n, value, bsym)
+            self.cur[g] = {_BASE: new_base, n: value}
+
+    def scatter(self, g: str, base: TensorProxy, n: tuple, value: TensorProxy, like: BoundSymbol) -> TensorProxy:
+        """``base`` with the elements that node ``n``'s view selects replaced by ``value``, out of place."""
+        path = []
+        while n != _BASE:
+            path.append(self.view_of[n])
+            n = self.view_of[n][2]
+        path.reverse()
+        direct = self.direct_scatter(base, path, value)
+        if direct is not None:
+            bsyms, result = self.record(direct)
+            self.emit(bsyms, like)
+            self.report.scatters += 1
+            return result
+
+        def build():
+            numel = 1
+            for s in base.shape:
+                numel *= s
+            idx = ltorch.reshape(ltorch.arange(numel, device=base.device), *base.shape)
+            for i, k, _ in path:
+                view = self.bsyms[i]
+                arg = tensor_args(view)[0]
+                sw = view.from_bsym_swap_proxies({variableify(arg): idx}, skip_output=True)
+                idx = [p for p in _flat(sw.sym(*sw.args, **sw.kwargs)) if isinstance(p, TensorProxy)][k]
+            flat = ltorch.reshape(base, numel)
+            new = ltorch.index_copy(flat, 0, ltorch.reshape(idx, -1), ltorch.reshape(value, -1))
+            return ltorch.reshape(new, *base.shape)
+
+        bsyms, result = self.record(build)
+        self.emit(bsyms, like)
+        self.report.scatters += 1
+        return result
+
+
+    def direct_scatter(self, base: TensorProxy, path: list, value: TensorProxy):
+        """For ``base[k]`` with ``k`` a slice or an int on one dimension (the common case), a function
+        emitting the scatter along that dimension, with an index of that dimension's length (not the
+        base's).  Else None."""
+        if len(path) != 1:
+            return None
+        view = self.bsyms[path[0][0]]
+        if ltorch.getitem.id not in origin_ids(view) or len(view.args) < 2:
+            return None
+        key = view.args[1] if isinstance(view.args[1], tuple) else (view.args[1],)
+        if len(key) > len(base.shape) or not all(type(k) in (int, slice) for k in key):
+            return None
+        if any(isinstance(k, slice) and not all(type(x) in (int, type(None)) for x in (k.start, k.stop, k.step))
+               for k in key):
+            return None
+        picks = [(d, k) for d, k in enumerate(key) if k != slice(None)]
+        if len(picks) > 1:
+            return None
+        if not picks:
+            return lambda: value
+        d, k = picks[0]
+        size = base.shape[d]
+        # index_copy along ``d`` with an index of that dimension's length only; (slice|select)_scatter
+        # would be the obvious ops, but their backward breaks torch_compile_ex (Dynamo: "Unexpected
+        # type in sourceless builder").
+        if isinstance(k, int):
+            index = k + size if k < 0 else k
+            return lambda: ltorch.index_copy(
+                base, d, ltorch.arange(index, index + 1, device=base.device), ltorch.unsqueeze(value, d)
+            )
+        start, stop, step = k.indices(size)
+        if step <= 0 or start >= stop:
+            return None
+        return lambda: ltorch.index_copy(base, d, ltorch.arange(start, stop, step, device=base.device), value)
+
+
+def _flat(x):
+    from thunder.core.pytree import tree_flatten
+
+    return tree_flatten(x)[0]
+
+
+def _claim(trace: TraceCtx, bsyms: list[BoundSymbol], executors: Sequence[Executor]) -> list[BoundSymbol]:
+    """Bind new bsyms to the compilation's operator executors, as Thunder's claim step would."""
+    from thunder.executors.passes import _transform_for_operator_executor_execution
+
+    tmp = from_trace(trace)
+    outs = tuple(p for b in bsyms for p in tensor_outs(b))
+    # Thunder main's claim step reads the trace's output, so the list gets a return, dropped after.
+    tmp.bound_symbols = [*bsyms, prims.python_return.bind(outs, output=None)]
+    claimed = list(_transform_for_operator_executor_execution(tmp, executors).bound_symbols)
+    # Claiming re-traces and may rename outputs; later bsyms know the original names.
+    ret = claimed.pop() if claimed and claimed[-1].sym.id == PrimIDs.RETURN else None
+    if ret is None:
+        return claimed
+    renamed = [p for p in _flat(ret.args) if isinstance(p, TensorProxy)]
+    back = {variableify(n): o for n, o in zip(renamed, outs) if n.name != o.name}
+    return [b.from_bsym_swap_proxies(back) for b in claimed] if back else claimed
+
+
+def functionalize(
+    trace: TraceCtx,
+    new_trace: TraceCtx,
+    bsyms: list[BoundSymbol],
+    inputs: set[str],
+    executors: Sequence[Executor] | None = None,
+    effects: dict | None = None,
+) -> tuple[list[BoundSymbol], FunctionalizeReport]:
+    """Rewrite the writes to private storage in ``bsyms`` (barriers already stripped) out of place.
+
+    ``new_trace`` names the new proxies.  ``executors`` is given at the fusion stage, where
+    the bsyms the pass adds must be claimed by them.  Returns the new bsyms (not yet
+    dead-code eliminated) and a report.  ``effects`` is a cache for
+    :func:`thunder_ext.alias_analysis.storage_groups`.
+    """
+    f = _Functionalizer(trace, new_trace, bsyms, inputs, executors, effects)
+    return f.run(), f.report
