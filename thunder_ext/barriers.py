@@ -586,6 +586,7 @@ def place_barriers(
     differentiable: frozenset[str] = frozenset(),
     aliased_inputs: tuple[frozenset[str], ...] = (),
     functional: bool = True,
+    dataflow: bool = False,
 ) -> tuple[TraceCtx, BarrierReport]:
     """The full pass, returning the new trace and a report of what it did.
 
@@ -600,6 +601,10 @@ def place_barriers(
     (:mod:`thunder_ext.remat_guard`), with a barrier before the first later read where no
     ordering barrier already does it.  ``executors`` also decides whether ordering barriers
     are bound so that a fusion executor fuses them (``torch_compile_ex``).
+
+    ``dataflow``: the compilation's ``fusion_type`` is ``"dataflow"`` (where regions can break
+    depends on it, :mod:`thunder_ext.remat_guard`); the caller says so, the pass reads no
+    compile data.
 
     ``aliased_inputs`` names sets of inputs that share storage at run time (Thunder ``main``
     passes ``f(x, x[0, 0])`` as two arguments; :mod:`thunder_ext.input_aliases`).
@@ -622,7 +627,7 @@ def place_barriers(
         if functionalized:
             # What only the rewritten writes' old versions needed is dead now.
             stripped = remove_bsyms(trace, stripped, set())
-    symbols = barrier_symbols(executors, stripped)
+    symbols = barrier_symbols(executors, stripped, dataflow=dataflow)
     # Thunder registers nvFuser only where it can run (CUDA), so its absence is final.
     write_inputs = executors is None or any(getattr(ex, "name", None) == "nvfuser" for ex in executors)
 
@@ -656,11 +661,9 @@ def place_barriers(
         placer, out = place(stripped)
     remat: frozenset[int] = frozenset()
     if remat_guard:
-        # Guard barriers only add readers that pin writes, so this converges; bound it anyway.
-        for _ in range(4):
-            need = unguarded_writes(out, placer.origin, placer.info.effects, symbols) - remat
-            if not need:
-                break
+        # Each round pins writes no earlier round pinned, and a trace has finitely many writes:
+        # the loop ends exactly at the fixed point, where every fused-read write is pinned.
+        while need := unguarded_writes(out, placer.origin, placer.info.effects, symbols) - remat:
             remat = remat | need
             placer, out = place(stripped, remat)
     if differentiable:

@@ -102,9 +102,15 @@ class BarrierStage(FusionExecutor):
         cd = get_compile_data()
         executors = tuple(cd.executors_list) if cd is not None else None
         aliased = reports_for(cd).aliased_inputs if cd is not None else ()
+        dataflow = cd is not None and cd.compile_options.get("fusion_type") == "dataflow"
         try:
             new, report = place_barriers(
-                trace, executors=executors, comment=self.comment, remat_guard=True, aliased_inputs=aliased
+                trace,
+                executors=executors,
+                comment=self.comment,
+                remat_guard=True,
+                aliased_inputs=aliased,
+                dataflow=dataflow,
             )
             if report.backward_reads_of_forward_writes:
                 write, read = report.backward_reads_of_forward_writes[0]

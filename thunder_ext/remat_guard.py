@@ -44,7 +44,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from thunder.core import prims
-from thunder.core.compile_data import get_compile_data
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol, has_tags
 from thunder.extend import Executor, FusionExecutor, OperatorExecutor
@@ -90,7 +89,9 @@ class BarrierSymbols:
         return _fuses(self.fuser, bsym, when_unknown=False)
 
 
-def barrier_symbols(executors: Sequence[Executor] | None, bsyms: Sequence[BoundSymbol] = ()) -> BarrierSymbols:
+def barrier_symbols(
+    executors: Sequence[Executor] | None, bsyms: Sequence[BoundSymbol] = (), *, dataflow: bool = False
+) -> BarrierSymbols:
     """The symbols to bind barriers with at the fusion stage of a compilation using ``executors``."""
     pin = claimed_barrier_symbol(executors)
     probe_arg = next((p for b in bsyms for p in b.flat_proxy_args if isinstance(p, TensorProxy)), None)
@@ -107,8 +108,6 @@ def barrier_symbols(executors: Sequence[Executor] | None, bsyms: Sequence[BoundS
     others_fuse = any(_fuses(ex, b, when_unknown=True) for ex in fusers if ex is not fuser for b in bsyms)
     if others_fuse:
         return BarrierSymbols(pin, pin)
-    cd = get_compile_data()
-    dataflow = cd is not None and cd.compile_options.get("fusion_type") == "dataflow"
     return BarrierSymbols(prims.update_aliases, pin, fuser, dataflow)
 
 
