@@ -29,8 +29,9 @@ from thunder.core.trace import TraceCtx
 from thunder.extend import FusionExecutor
 
 from thunder_ext.barriers import BarrierReport, place_barriers
-from thunder_ext.errors import InplaceOrderingError, SavedTensorMutationError
+from thunder_ext.errors import InplaceOrderingError
 from thunder_ext.logs import log_refusal, log_report
+from thunder_ext.refusals import refuse_saved_tensor_mutation
 from thunder_ext.summaries import barrier_report_headline, barrier_report_html, barrier_report_lines
 from thunder_ext.validation import require_compiled, warn_if_nothing_to_report
 
@@ -112,14 +113,7 @@ class BarrierStage(FusionExecutor):
                 aliased_inputs=aliased,
                 dataflow=dataflow,
             )
-            if report.backward_reads_of_forward_writes:
-                write, read = report.backward_reads_of_forward_writes[0]
-                raise SavedTensorMutationError(
-                    "the forward writes in place to a tensor that the backward reads (a value saved for "
-                    "backward); eager PyTorch refuses this too. Clone the tensor before mutating it",
-                    write,
-                    read,
-                )
+            refuse_saved_tensor_mutation(report)
         except InplaceOrderingError as e:
             log_refusal("fusion stage", e)
             raise

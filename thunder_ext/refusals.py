@@ -13,8 +13,9 @@ storage a caller can see (inputs and their views), where the write stays.  Each 
 * :class:`OverwriteGradientError`: ``dst.copy_(src)`` with ``dst`` differentiable and ``src``
   not (Thunder loses the zero gradient, or fails in its backward).
 
-Class 6 is judged at the fusion stage instead (:mod:`thunder_ext.integration`), where the
-backward exists.  Intermediate proxies carry no ``requires_grad`` before autodiff, so
+Class 6 is judged at the fusion stage instead (:func:`refuse_saved_tensor_mutation`, called by
+:mod:`thunder_ext.integration`), where the backward exists.  Intermediate proxies carry no
+``requires_grad`` before autodiff, so
 :func:`differentiable_names` derives it by forward propagation from the inputs.
 """
 
@@ -28,7 +29,7 @@ from thunder.core.trace import TraceCtx
 
 from thunder_ext.alias_analysis import input_names, storage_groups
 from thunder_ext.barriers import BarrierReport, strip_barriers
-from thunder_ext.errors import GradInputWriteError, OverwriteGradientError, ViewGradientError
+from thunder_ext.errors import GradInputWriteError, OverwriteGradientError, SavedTensorMutationError, ViewGradientError
 from thunder_ext.op_kinds import effect_of, is_copy, is_return, tensor_args
 
 
@@ -174,3 +175,19 @@ def refuse_written_grad_inputs(trace: TraceCtx) -> None:
                 write,
                 trace.bound_symbols[-1],
             )
+
+
+def refuse_saved_tensor_mutation(report: BarrierReport) -> None:
+    """Class 6, judged at the fusion stage: the backward reads a value a forward write replaced.
+
+    The barrier pass only observes such reads (``report.backward_reads_of_forward_writes``);
+    this is where they become a refusal.
+    """
+    if report.backward_reads_of_forward_writes:
+        write, read = report.backward_reads_of_forward_writes[0]
+        raise SavedTensorMutationError(
+            "the forward writes in place to a tensor that the backward reads (a value saved for "
+            "backward); eager PyTorch refuses this too. Clone the tensor before mutating it",
+            write,
+            read,
+        )
