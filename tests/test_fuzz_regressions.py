@@ -444,3 +444,24 @@ def test_backward_assert_on_undifferentiated_output():
         assert c.verdict == "out-of-scope" and "does not differentiate" in c.detail, str(c)
     plain = differential(lambda: (running_stats_copied_into_grad_tensor, make(True), {}), Config(transform=False, check=False))
     assert plain.status == "crash" and plain.detail.startswith("AssertionError"), plain.detail
+
+
+# -- torch_compile_ex: the source of a copy_ used again in the same region ---------------------
+
+
+def copy_normalised_into_input_then_reuse(a, rm, rv):
+    t1 = F.batch_norm(a, rm, rv, training=True, momentum=0.1)
+    a.copy_(t1)
+    t2 = t1 * 3
+    return (t1.mean(1), t2)
+
+
+def test_copy_source_reused_torch_compile():
+    """Plain Thunder's torch_compile_ex returns a wrong mean here (found by the soak); the transform
+    ends the region at the copy, and every cell matches eager."""
+    def build():
+        return copy_normalised_into_input_then_reuse, (_x(False), *_stats()), {}
+
+    plain = differential(build, Config(transform=False, executors="torch_compile", check=False))
+    assert plain.status == "wrong", plain.detail
+    assert_matches_eager(copy_normalised_into_input_then_reuse, lambda g: (_x(g), *_stats()), configs=TORCH_COMPILE)

@@ -246,6 +246,9 @@ class _Placer:
         self.version_proxy: dict[str, TensorProxy] = {}
         self.next_version: dict[str, tuple[str, BoundSymbol | None]] = {}  # version -> (next, stale-making write)
         self.made_by_barrier: set[str] = set()
+        # group -> (copy_, its output): a copy out of that storage with no later use yet (torch.compile)
+        self.copy_sources: dict[str, tuple[BoundSymbol, TensorProxy]] = {}
+        self._all_members: dict[str, list[str]] | None = None
         self.anc: dict[str, int] = {}
         self.nbits = 0
         self.last_write: dict[str, _LastWrite] = {}
@@ -326,6 +329,7 @@ class _Placer:
         if backward:
             self.note_backward_reads(bsym)
         self.pin_pending_writes(i, bsym)
+        self.split_after_copy_source(i, bsym)
         cur = self.renamed(bsym)
         my_anc = self.ancestry(cur)
         if groups:
@@ -339,8 +343,6 @@ class _Placer:
                 self.make_write_inputs(i, bsym, effect, write_groups, plan)
             if plan:
                 self.emit(plan, bsym)
-            for g in write_groups:
-                self.split_copy_source_write(g, bsym, effect)
             cur = self.renamed(bsym)
             my_anc = self.ancestry(cur)
             if is_return(bsym):
@@ -355,34 +357,46 @@ class _Placer:
         for o, a in effect.aliases:
             if any(a is w for w in effect.writes):
                 self.bump(self.current(a), o, bsym)
+        self.note_copy_source(bsym, effect)
         if i in self.remat_writes and effect.writes and not backward:
             for g in write_groups:
                 self.pending_remat[g] = self.last_write[g]
 
-    def split_copy_source_write(self, g: str, bsym: BoundSymbol, effect) -> None:
-        """A write to the source of an earlier ``copy_`` goes to a new fusion region (torch.compile).
+    def split_after_copy_source(self, i: int, bsym: BoundSymbol) -> None:
+        """After a ``copy_`` out of a group, its next use goes to a new fusion region (torch.compile).
 
-        Inside one ``torch_compile_ex`` region, ``rm.copy_(rv); rv.mul_(rm)`` leaves ``rm`` with the
-        *new* ``rv`` (Inductor's functional copy aliases its source), although the data edge
-        orders the two.  Only when barriers are fused is a region that large possible; then an
-        unfused barrier over the copy's output, read by the write, ends the region at the copy.
+        Inside one ``torch_compile_ex`` region Inductor gets the source of an earlier ``copy_``
+        wrong when it is used again: ``rm.copy_(rv); rv.mul_(rm)`` leaves ``rm`` with the new
+        ``rv``, and ``t = batch_norm(a, ...); a.copy_(t); u = t * 3; return t.mean(1), u`` returns
+        a wrong mean, although data edges order everything.  Only when barriers are fused is a
+        region that large possible; then one unfused barrier over the copy's output, through
+        which every later use of the source's storage goes, ends the region at the copy.
         """
-        if self.symbols.fuser is None:
+        touched = sorted({self.info.group_of(p) for p in tensor_args(bsym)} & self.copy_sources.keys())
+        for g in touched:
+            who, witness = self.copy_sources.pop(g)
+            plan = _Plan(witnesses=[witness], reasons=[f"torch.compile: {describe(bsym)} uses the source of {describe(who)}"])
+            for m in self.all_members().get(g, ()):
+                if m in self.defined and self.last_use.get(m, -1) >= i:
+                    v = self.current(self.proxies[m])
+                    plan.rename.setdefault(v.name, (v, None))
+            self.emit(plan, bsym, pin=True)
+
+    def note_copy_source(self, bsym: BoundSymbol, effect) -> None:
+        """Remember the storage a ``copy_`` read from (see :meth:`split_after_copy_source`)."""
+        if self.symbols.fuser is None or not (is_copy(bsym) or is_copy_composite(bsym)):
             return
-        for _, witness, who in self.epoch.get(g, ()):
-            e = effect_of(who)
-            sources = [p for p in tensor_args(who) if not any(p is w for w in e.writes)]
-            copies_from_g = (is_copy(who) or is_copy_composite(who)) and any(
-                self.info.group_of(p) == g for p in sources
-            )
-            if copies_from_g and witness is not None and all(self.info.group_of(w) != g for w in e.writes):
-                plan = _Plan(witnesses=[witness], reasons=[f"torch.compile: {describe(bsym)} writes the source of {describe(who)}"])
-                for w in effect.writes:
-                    if self.info.group_of(w) == g:
-                        v = self.current(w)
-                        plan.rename.setdefault(v.name, (v, None))
-                self.emit(plan, bsym, pin=True)
-                return
+        outs = tensor_outs(bsym)
+        dests = {self.info.group_of(w) for w in effect.writes}
+        for p in tensor_args(bsym):
+            g = self.info.group_of(p)
+            if outs and g not in dests and not any(p is w for w in effect.writes):
+                self.copy_sources[g] = (bsym, outs[0])
+
+    def all_members(self) -> dict[str, list[str]]:
+        if self._all_members is None:
+            self._all_members = self.info.groups.members()
+        return self._all_members
 
     def note_backward_reads(self, bsym: BoundSymbol) -> None:
         # A backward read of a name that a forward write made stale may want the value the
