@@ -43,6 +43,7 @@ The pass reads the input trace and never mutates it: new bsyms are made with
 from __future__ import annotations
 
 import bisect
+import gc
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -626,6 +627,21 @@ def place_barriers(
     ``functional`` first rewrites writes to private storage out of place
     (:mod:`thunder_ext.functionalize`); barriers are then placed on what is left.
     """
+    # The cyclic GC's full collections scan the caller's whole heap (Thunder's traces), which made
+    # this pass's time grow with what the caller had built rather than with the trace; the pass
+    # makes no cycles worth collecting mid-way, so collection waits until it returns.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _place_barriers(
+            trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow
+        )
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _place_barriers(trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow):
     from thunder_ext.dead_writes import dead_inplace_ops, remove_bsyms
     from thunder_ext.functionalize import functionalize
 
