@@ -9,7 +9,7 @@ import thunder
 import torch
 from packaging.version import Version
 
-from thunder_ext.testing.compare import Config, Outcome, execute
+from thunder_ext.testing.compare import Config
 
 
 def _has_nvfuser() -> bool:
@@ -49,12 +49,3 @@ ARGS_TENSOR_MASK = (
 )
 # Thunder main fixed ThunderFX on torch.autograd.Function, so the failure above is 0.2.6's only.
 ARGS_TENSOR_MASK_FAILS = not THUNDER_MAIN
-
-
-def reference_outcome(prog, build) -> Outcome | None:
-    """For a program eager refuses (stricter version counter), its mutation-free reference run on the same inputs."""
-    if prog.reference is None:
-        return None
-    torch.manual_seed(0)
-    _, args, state = build()
-    return execute(prog.reference, [a.detach().clone().requires_grad_(a.requires_grad) for a in args], state)

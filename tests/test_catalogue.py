@@ -26,10 +26,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from support import ARGS_TENSOR_MASK, ARGS_TENSOR_MASK_FAILS, MATRIX, PLAIN_HAZARD, config_id, reference_outcome
+from support import ARGS_TENSOR_MASK, ARGS_TENSOR_MASK_FAILS, MATRIX, PLAIN_HAZARD, config_id
 from thunder_ext import SavedTensorMutationError, ViewGradientError
 from thunder_ext.testing.compare import Config, compile_fn, differential, error_in_chain
-from thunder_ext.testing.gallery import PROGRAMS, Program, by_name
+from thunder_ext.testing.gallery import PROGRAMS, Program, by_name, reference_outcome
 
 # Class of the background note -> the documented error the transform refuses it with.
 REFUSAL_ERRORS = {"5": ViewGradientError, "6": SavedTensorMutationError}

@@ -18,7 +18,7 @@ import torch
 import thunder_ext
 from thunder_ext.cli import check_main, parse_input_spec
 from thunder_ext.doctor import CheckReport, check
-from thunder_ext.testing.gallery import grad_through_view_of_input, war_long_chain, write_saved_for_backward
+from thunder_ext.testing.gallery import grad_through_view_of_input, war_long_chain
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -306,9 +306,10 @@ def test_function_failing_in_eager_is_not_unsafe():
 
 
 def test_eager_refusal_matched_by_the_transform_stays_safe():
-    # eager raises here too, but the transform refuses the same way: not the user's bug to report
-    (x,) = _inputs((4, 3), grad=True)
-    r = check(write_saved_for_backward, x, fusion_types=("dataflow",))
+    # eager raises here too (x, saved for the product's backward, is written), and the transform
+    # refuses the same way: not the user's bug to report
+    x, w = _inputs((4, 3), (4, 3))
+    r = check(war_long_chain, x, w.requires_grad_(), fusion_types=("dataflow",))
     assert r.eager_error is not None and r.status == "safe" and not r.eager_fails
 
 

@@ -14,7 +14,6 @@ import pytest
 import thunder
 import torch
 
-from support import reference_outcome
 from thunder_ext import (
     InplaceBarrierTransform,
     SavedTensorMutationError,
@@ -26,7 +25,7 @@ from thunder_ext import (
     verify,
 )
 from thunder_ext.testing.compare import Config, differential, execute
-from thunder_ext.testing.gallery import PROGRAMS, Program, by_name
+from thunder_ext.testing.gallery import PROGRAMS, Program, by_name, reference_outcome
 from thunder_ext.integration import barrier_count
 from thunder_ext.op_kinds import is_copy, is_return
 

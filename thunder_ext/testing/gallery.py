@@ -386,6 +386,18 @@ PROGRAMS: tuple[Program, ...] = (
 )
 
 
+def reference_outcome(prog: Program, build: Callable | None = None):
+    """For a program eager refuses (stricter version counter), its mutation-free reference run on
+    the inputs ``build`` (default ``prog.build``) makes, seeded as ``differential`` seeds them."""
+    from thunder_ext.testing.compare import clone_args, execute
+
+    if prog.reference is None:
+        return None
+    torch.manual_seed(0)
+    _, args, state = (build or prog.build)()
+    return execute(prog.reference, clone_args(args), state)
+
+
 def by_name(name: str) -> Program:
     for p in PROGRAMS:
         if p.name == name:
