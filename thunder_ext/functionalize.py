@@ -302,16 +302,8 @@ class _Functionalizer:
             swap = self.values_for(bsym, tensor_args(bsym))
             if w.out is not None:
                 swap[variableify(w.src)] = w.out
-            pre = [s.from_bsym_swap_proxies(swap) for s in w.pre]
-            if self.executors is not None:
-                # At the fusion stage a composite's subsymbols are not yet claimed by an executor.
-                pre = _claim(self.trace, pre, self.executors)
-            backward = has_tags(bsym, {BoundSymbolTag.BACKWARD})
-            for s2 in pre:
-                s2 = s2.from_bsym(source_filename=bsym.source_filename, source_positions=bsym.source_positions)
-                if backward:
-                    s2.tags.add(BoundSymbolTag.BACKWARD)
-                self.out.append(s2)
+            # At the fusion stage a composite's subsymbols are not yet claimed by an executor: emit claims them.
+            self.emit([s.from_bsym_swap_proxies(swap) for s in w.pre], bsym)
             value = w.out if w.out is not None else w.src
             value = swap.get(variableify(value), value)
         else:
