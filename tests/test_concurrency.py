@@ -20,12 +20,12 @@ from thunder_ext.testing.gallery import PROGRAMS
 
 NAMES = [
     "dead_intermediate",
+    "dead_view_of_intermediate",
     "write_view_of_input",
     "war_long_chain",
-    "view_after_write",
     "batch_norm_running_stats",
-    "copy_into_intermediate",
-    "setitem_on_view",
+    "rotary_cache_refresh",
+    "strided_input_scale",
     "loop_inplace",
 ]
 

@@ -651,12 +651,16 @@ def _place_barriers(trace, executors, comment, remat_guard, differentiable, func
     new_trace = from_trace(trace)
     effects: dict = {}  # the effects of bsyms analysed more than once (see storage_groups)
     functionalized: list[BoundSymbol] = []
+    dead_functional: list[BoundSymbol] = []
     if functional:
         stripped, freport = functionalize(trace, new_trace, stripped, input_names(trace), executors, effects)
         functionalized = freport.rewritten
         if functionalized:
             # What only the rewritten writes' old versions needed is dead now.
             stripped = remove_bsyms(trace, stripped, set())
+            # A rewritten write whose new value nothing read was a dead in-place op: dce removed it.
+            produced = {p.name for b in stripped for p in b.flat_proxy_outs}
+            dead_functional = [w for w, value in freport.new_values if value.name not in produced]
     symbols = barrier_symbols(executors, stripped, dataflow=dataflow)
     # Thunder registers nvFuser only where it can run (CUDA), so its absence is final.
     write_inputs = executors is None or any(getattr(ex, "name", None) == "nvfuser" for ex in executors)
@@ -681,7 +685,7 @@ def _place_barriers(trace, executors, comment, remat_guard, differentiable, func
         return placer, placer.run()
 
     placer, out = place(stripped)
-    dead_bsyms: list[BoundSymbol] = []
+    dead_bsyms: list[BoundSymbol] = list(dead_functional)
     # A barrier shared by several groups can keep a write alive only through a write that
     # is itself dead, so removal repeats until nothing is dead (each round removes >= 1).
     while dead := dead_inplace_ops(out, placer.inputs, effects):

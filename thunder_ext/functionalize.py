@@ -78,6 +78,9 @@ class FunctionalizeReport:
     """What the pass did: the writes it rewrote (the original bsyms) and the groups it left alone."""
 
     rewritten: list[BoundSymbol] = field(default_factory=list)
+    # (rewritten write, the new value of its storage it computes): where nothing reads that value,
+    # dce removes the computation and the write was a dead in-place op.
+    new_values: list[tuple[BoundSymbol, TensorProxy]] = field(default_factory=list)
     kept_private_groups: int = 0
     replayed_views: int = 0
     scatters: int = 0
@@ -313,10 +316,13 @@ class _Functionalizer:
                 value = self.value(gs, self.node[w.src.name], bsym)
         if n == _BASE:
             self.cur[g] = {_BASE: value}
+            if w.pre:
+                self.report.new_values.append((bsym, value))
         else:
             base = self.value(g, _BASE, bsym)
             new_base = self.scatter(g, base, n, value, bsym)
             self.cur[g] = {_BASE: new_base, n: value}
+            self.report.new_values.append((bsym, new_base))
 
     def scatter(self, g: str, base: TensorProxy, n: tuple, value: TensorProxy, like: BoundSymbol) -> TensorProxy:
         """``base`` with the elements that node ``n``'s view selects replaced by ``value``, out of place."""
