@@ -3,6 +3,7 @@
     python scripts/soak.py                    # THUNDER_EXT_FUZZ_EXAMPLES programs (default 300)
     python scripts/soak.py --examples 2000 --seed 7 --shrink
     python scripts/soak.py --executors torch_compile   # the cells with executors=[torch_compile_ex]
+    python scripts/soak.py --jobs 12 --seed 100 --examples 6000 --executors both --time-limit 540 --json s.json
 
 Prints how many programs ran, how many were out of scope (a documented Thunder limitation in every
 cell), the verdict counts per cell, the outcomes (ok, refused by error class, wrong, crash;
@@ -13,6 +14,7 @@ that showed it (``--shrink`` asks hypothesis for a minimal one).  Exit status 1 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -29,19 +31,54 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress", type=int, default=25, help="print a line every N programs (0: never)")
     parser.add_argument("--plain", action="store_true",
                         help="judge plain Thunder (no transform) by the same rule, for comparison")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="worker processes, worker i with seed SEED+i and its share of --examples (needs --seed)")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="stop after this many seconds with the counts so far (each worker, with --jobs)")
+    parser.add_argument("--json", default=None, help="also write the counts and failures to this file")
     args = parser.parse_args(argv)
+    if args.jobs > 1 and (args.seed is None or args.shrink):
+        parser.error("--jobs needs --seed (workers get SEED, SEED+1, ...) and cannot --shrink")
 
     warnings.filterwarnings("ignore")
+    start = time.monotonic()
+    if args.jobs > 1:
+        summary = _run_workers(args, argv if argv is not None else sys.argv[1:])
+        result = None
+    else:
+        result, configs = _soak_here(args, start)
+        summary = result.summary()
+    elapsed = time.monotonic() - start
+
+    share = summary["with_grad"] / summary["ran"] if summary["ran"] else 0.0
+    print(f"\nprograms run: {summary['ran']} in {elapsed:.0f}s (with grad inputs: {summary['with_grad']}, "
+          f"share {share:.2f}; out of scope: {summary['out_of_scope']})")
+    print("cell verdicts: " + ", ".join(f"{k}={v}" for k, v in sorted(summary["cells"].items())))
+    print("cell outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(summary["statuses"].items())))
+    print(f"distinct failures: {len(summary['failures'])}")
+    for sig, f in sorted(summary["failures"].items()):
+        print(f"\n=== {sig}\n    in {f['programs']} programs; cells: {', '.join(f['cells'])}")
+        source = f["smallest"]
+        if args.shrink and result is not None:
+            from thunder_ext.testing.fuzzing import fails_with, reduce
+
+            source = reduce(result.smallest(sig), fails_with(sig, configs)).source
+        print(source, end="")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"args": vars(args), "elapsed_s": round(elapsed, 1), **summary}, out, indent=1)
+    return 1 if summary["failures"] else 0
+
+
+def _soak_here(args, start: float):
     from dataclasses import replace
 
-    from thunder_ext.testing.fuzzing import CONFIGS, fails_with, reduce, soak
+    from thunder_ext.testing.fuzzing import CONFIGS, soak
 
     executors = ("default", "torch_compile") if args.executors == "both" else (args.executors,)
     configs = tuple(replace(c, executors=e) for e in executors for c in CONFIGS)
     if args.plain:
         configs = tuple(replace(c, transform=False, check=False) for c in configs)
-
-    start = time.monotonic()
 
     def progress(result, program, judgement) -> None:
         if args.progress and result.ran % args.progress == 0:
@@ -51,20 +88,47 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
 
-    result = soak(args.examples, seed=args.seed, on_program=progress, configs=configs)
-    elapsed = time.monotonic() - start
-    print(f"\nprograms run: {result.ran} in {elapsed:.0f}s (out of scope: {result.out_of_scope})")
-    print("cell verdicts: " + ", ".join(f"{k}={v}" for k, v in sorted(result.cells.items())))
-    print("cell outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(result.statuses.items())))
-    print(f"failing programs: {result.failed_programs}; distinct failures: {len(result.failures)}")
-    for sig, progs in sorted(result.failures.items()):
-        cells = ", ".join(sorted(result.cells_of[sig]))
-        print(f"\n=== {sig}\n    in {len(progs)} programs; cells: {cells}")
-        program = result.smallest(sig)
-        if args.shrink:
-            program = reduce(program, fails_with(sig, configs))
-        print(program, end="")
-    return 1 if result.failures else 0
+    result = soak(args.examples, seed=args.seed, on_program=progress, configs=configs, time_limit=args.time_limit)
+    return result, configs
+
+
+def _run_workers(args, argv: list[str]) -> dict:
+    """Run ``--jobs`` copies of this script, each on its own seed, and add up their JSON summaries."""
+    import subprocess
+    import tempfile
+
+    from thunder_ext.testing.fuzzing import merge_summaries
+
+    base = _strip(argv, ("--jobs", "--seed", "--examples", "--json", "--progress"))
+    share = -(-args.examples // args.jobs)
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = []
+        for i in range(args.jobs):
+            out = os.path.join(tmp, f"w{i}.json")
+            cmd = [sys.executable, __file__, *base, "--seed", str(args.seed + i), "--examples", str(share),
+                   "--json", out, "--progress", "0"]
+            procs.append((out, subprocess.Popen(cmd, stdout=subprocess.DEVNULL)))
+        summaries = []
+        for out, proc in procs:
+            proc.wait()
+            if not os.path.exists(out):  # a worker that crashed outright is a finding, not a silent gap
+                raise SystemExit(f"soak worker failed (exit {proc.returncode}): {' '.join(proc.args)}")
+            with open(out) as f:
+                summaries.append(json.load(f))
+    return merge_summaries(summaries)
+
+
+def _strip(argv: list[str], options: tuple[str, ...]) -> list[str]:
+    """``argv`` without ``options`` and their values (both ``--opt v`` and ``--opt=v``)."""
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in options:
+            skip = True
+        elif not a.startswith(tuple(o + "=" for o in options)):
+            kept.append(a)
+    return kept
 
 
 if __name__ == "__main__":

@@ -465,3 +465,41 @@ def test_copy_source_reused_torch_compile():
     plain = differential(build, Config(transform=False, executors="torch_compile", check=False))
     assert plain.status == "wrong", plain.detail
     assert_matches_eager(copy_normalised_into_input_then_reuse, lambda g: (_x(g), *_stats()), configs=TORCH_COMPILE)
+
+
+# -- soak findings (scripts/soak.py --jobs, seeds 9 and 10) -------------------------------------
+
+
+def barrier_merge_hides_cycle(a, b, c, rm, rv):
+    t1 = b.neg()
+    a.copy_(b)
+    with torch.no_grad():
+        rv.mul_(0.9).add_(t1.mean(0), alpha=0.1)
+    with torch.no_grad():
+        rm.mul_(0.9).add_(c.mean(0), alpha=0.1)
+    b.mul_(c)
+    rv.tanh_()
+    a[0] = rv
+    return (t1, a, rm)
+
+
+def test_partitioner_cycle_check_torch_compile_dataflow():
+    """Thunder's dataflow partitioner cuts its cycle search short; with fused barriers here it
+    merged a region into a cycle and dropped the rest of the trace ("Trace has no return").  The
+    pass now runs the partitioner on its result and binds barriers unfused where it would."""
+    assert_matches_eager(barrier_merge_hides_cycle, lambda g: (_x(False), _x(g), _x(g), *_stats()),
+                         configs=TORCH_COMPILE)
+
+
+def leaf_write_eager_refuses(a, b):
+    t0 = a - 0.5
+    b.add_(a)  # b is a leaf that requires grad: eager raises
+    return (t0,)
+
+
+def test_dynamo_observed_error_is_eager_error():
+    """Under torch_compile_ex, Dynamo re-raises the leaf-write RuntimeError as ObservedRuntimeError;
+    the verdict rule counts it as eager's error, not as a crash."""
+    cells = judge_function(leaf_write_eager_refuses, lambda g: (_x(False), _x(g)), grad_modes=(True,),
+                           configs=TORCH_COMPILE).cells
+    assert cells and all(c.verdict == "ok" for c in cells), [str(c) for c in cells]

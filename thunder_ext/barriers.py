@@ -66,7 +66,7 @@ from thunder_ext.op_kinds import (
     tensor_outs,
     view_kind,
 )
-from thunder_ext.remat_guard import BarrierSymbols, barrier_symbols, unguarded_writes
+from thunder_ext.remat_guard import BarrierSymbols, barrier_symbols, partition_keeps_every_bsym, unguarded_writes
 
 BARRIER_TAG = "thunder_ext"
 
@@ -693,16 +693,26 @@ def _place_barriers(trace, executors, comment, remat_guard, differentiable, func
         dead_bsyms += [stripped[j] for j in sorted(dead_origins)]
         stripped = remove_bsyms(trace, stripped, dead_origins)
         placer, out = place(stripped)
-    remat: frozenset[int] = frozenset()
-    if remat_guard:
-        # Each round pins writes no earlier round pinned, and a trace has finitely many writes:
-        # the loop ends exactly at the fixed point, where every fused-read write is pinned.
-        while need := unguarded_writes(out, placer.origin, placer.info.effects, symbols) - remat:
-            remat = remat | need
-            placer, out = place(stripped, remat)
-    if differentiable:
-        # Liveness above was judged with every witness; only the final placement drops them.
-        placer, out = place(stripped, remat, frozenset(differentiable))
+
+    def guarded(placer: _Placer, out: list[BoundSymbol]) -> tuple[_Placer, list[BoundSymbol]]:
+        remat: frozenset[int] = frozenset()
+        if remat_guard:
+            # Each round pins writes no earlier round pinned, and a trace has finitely many writes:
+            # the loop ends exactly at the fixed point, where every fused-read write is pinned.
+            while need := unguarded_writes(out, placer.origin, placer.info.effects, symbols) - remat:
+                remat = remat | need
+                placer, out = place(stripped, remat)
+        if differentiable:
+            # Liveness above was judged with every witness; only the final placement drops them.
+            placer, out = place(stripped, remat, frozenset(differentiable))
+        return placer, out
+
+    placer, out = guarded(placer, out)
+    if symbols.fuser is not None and dataflow and not partition_keeps_every_bsym(trace, out, symbols.fuser):
+        # Thunder's partitioner would drop bsyms (remat_guard's docstring): bind every barrier
+        # unfused, which leaves it fewer merges, under that rule's remat guard.
+        symbols = BarrierSymbols(symbols.pin, symbols.pin)
+        placer, out = guarded(*place(stripped))
     report = placer.report
     report.dead_writes = dead_bsyms
     report.functionalized = functionalized

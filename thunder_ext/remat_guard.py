@@ -28,6 +28,14 @@ Whether barriers are fused decides where regions can break, so the two are chose
   applies, pins being bound as the operator executor's symbol, which the fusing executor
   cannot take.
 
+Thunder's dataflow partitioner (``thunder/executors/data_dependent_partition.py``) checks a
+merge for cycles by a search it cuts off at trace positions past the merged pair; a region
+merged earlier can hold a bsym far before its others, and a cycle through it goes unseen.
+Its topological sort then stalls and drops the bsyms left, return included ("Trace has no
+return").  Fused barriers add merges, so where they are used under dataflow fusion the pass
+runs Thunder's own partitioner on its result (:func:`partition_keeps_every_bsym`) and, where
+it drops a bsym, binds the trace with the conservative rule instead.
+
 Invariants:
 
 * the relaxed rule is used only when the trace has no backward and exactly one fusion
@@ -46,6 +54,7 @@ from dataclasses import dataclass
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol, has_tags
+from thunder.core.trace import TraceCtx, from_trace
 from thunder.extend import Executor, FusionExecutor, OperatorExecutor
 
 from thunder_ext.op_kinds import is_barrier, is_return, tensor_outs
@@ -109,6 +118,22 @@ def barrier_symbols(
     if others_fuse:
         return BarrierSymbols(pin, pin)
     return BarrierSymbols(prims.update_aliases, pin, fuser, dataflow)
+
+
+def partition_keeps_every_bsym(trace: TraceCtx, bsyms: Sequence[BoundSymbol], fuser: FusionExecutor) -> bool:
+    """Whether Thunder's dataflow partitioner, merging what ``fuser`` can fuse, schedules every bsym.
+
+    The merge rule is the one ``torch_compile_ex``'s fusion pass gives the partitioner: two
+    nodes merge when each is a merged group already or a bsym the executor can fuse.
+    """
+    from thunder.executors.data_dependent_partition import dataflow_fusion
+
+    def merge(a, b) -> bool:
+        return all(len(n.group_bsyms) > 1 or _fuses(fuser, n.group_bsyms[0], when_unknown=False) for n in (a, b))
+
+    probe = from_trace(trace)
+    probe.bound_symbols = list(bsyms)
+    return sum(len(group) for group in dataflow_fusion(probe, merge)) == len(bsyms)
 
 
 def _between_fused(fusible: Sequence[bool]) -> bool:

@@ -677,9 +677,12 @@ def _same_error(compiled: BaseException | None, eager: BaseException) -> bool:
     """The compiled run raised an error of eager's type somewhere in its chain.
 
     The wording may differ (eager: "a view of a leaf Variable ...", Thunder's runtime: "a leaf
-    Variable ..."): the program is invalid, and the user gets an error either way.
+    Variable ..."): the program is invalid, and the user gets an error either way.  Dynamo
+    (``torch_compile_ex``) re-raises an error it saw the traced code raise as
+    ``Observed<Type>`` (``ObservedRuntimeError``): that is eager's error too.
     """
-    return any(type(e) is type(eager) for e in _error_chain(compiled))
+    names = {type(eager).__name__, f"Observed{type(eager).__name__}"}
+    return any(type(e) is type(eager) or type(e).__name__ in names for e in _error_chain(compiled))
 
 
 def judge_cell(build: Builder, config: Config, grad: bool, baseline: Callable[[], object]) -> Cell:
@@ -759,6 +762,7 @@ def judge_function(
 @dataclass
 class SoakResult:
     ran: int = 0  # programs judged
+    with_grad: int = 0  # of which some input requires grad
     out_of_scope: int = 0
     cells: dict[str, int] = field(default_factory=dict)  # verdict -> count
     statuses: dict[str, int] = field(default_factory=dict)  # ok / refused: <error class> / wrong / crash
@@ -767,6 +771,7 @@ class SoakResult:
 
     def record(self, program: Program, j: Judgement) -> None:
         self.ran += 1
+        self.with_grad += program.has_grad_inputs
         self.out_of_scope += j.out_of_scope
         for c in j.cells:
             self.cells[c.verdict] = self.cells.get(c.verdict, 0) + 1
@@ -785,6 +790,38 @@ class SoakResult:
     def smallest(self, signature: str) -> Program:
         return min(self.failures[signature], key=lambda p: (len(p.body), len(p.source)))
 
+    def summary(self) -> dict:
+        """Plain data (JSON): the counts, and per failure signature its program count, cells and smallest program."""
+        return {
+            "ran": self.ran,
+            "with_grad": self.with_grad,
+            "out_of_scope": self.out_of_scope,
+            "cells": dict(self.cells),
+            "statuses": dict(self.statuses),
+            "failures": {
+                sig: {"programs": len(progs), "cells": sorted(self.cells_of[sig]), "smallest": self.smallest(sig).source}
+                for sig, progs in self.failures.items()
+            },
+        }
+
+
+def merge_summaries(summaries: Sequence[dict]) -> dict:
+    """Add up :meth:`SoakResult.summary` dicts from soaks of different seeds (``scripts/soak.py --jobs``)."""
+    total: dict = {"ran": 0, "with_grad": 0, "out_of_scope": 0, "cells": {}, "statuses": {}, "failures": {}}
+    for s in summaries:
+        for key in ("ran", "with_grad", "out_of_scope"):
+            total[key] += s[key]
+        for key in ("cells", "statuses"):
+            for k, v in s[key].items():
+                total[key][k] = total[key].get(k, 0) + v
+        for sig, f in s["failures"].items():
+            t = total["failures"].setdefault(sig, {"programs": 0, "cells": [], "smallest": f["smallest"]})
+            t["programs"] += f["programs"]
+            t["cells"] = sorted(set(t["cells"]) | set(f["cells"]))
+            if len(f["smallest"]) < len(t["smallest"]):
+                t["smallest"] = f["smallest"]
+    return total
+
 
 def soak(
     max_examples: int,
@@ -792,12 +829,23 @@ def soak(
     seed: int | None = None,
     on_program: Callable | None = None,
     configs: Sequence[Config] = CONFIGS,
+    time_limit: float | None = None,
 ) -> SoakResult:
-    """Judge ``max_examples`` random programs under ``configs`` without stopping at failures; group them by signature."""
+    """Judge ``max_examples`` random programs under ``configs`` without stopping at failures; group them by signature.
+
+    ``time_limit`` (seconds) ends the soak early, after the program in flight, with what it has
+    judged so far: a soak on a machine lent for minutes must return its counts, not be killed.
+    """
+    import time
+
     from hypothesis import HealthCheck, Phase, given, reject, settings
     from hypothesis import seed as hseed
 
     result = SoakResult()
+    stop_at = None if time_limit is None else time.monotonic() + time_limit
+
+    class _TimeUp(Exception):
+        pass
 
     @settings(
         max_examples=max_examples,
@@ -809,6 +857,8 @@ def soak(
     )
     @given(programs())
     def run(program: Program) -> None:
+        if stop_at is not None and time.monotonic() > stop_at:
+            raise _TimeUp
         j = judge(program, configs)
         result.record(program, j)
         if on_program is not None:
@@ -818,8 +868,21 @@ def soak(
 
     if seed is not None:
         run = hseed(seed)(run)
-    run()
+    try:
+        run()
+    except _TimeUp:
+        pass
+    except BaseException as e:  # hypothesis may wrap the stop in a group
+        if not (stop_at is not None and time.monotonic() > stop_at and _only_time_up(e, _TimeUp)):
+            raise
     return result
+
+
+def _only_time_up(error: BaseException, kind: type) -> bool:
+    if isinstance(error, kind):
+        return True
+    inner = getattr(error, "exceptions", None)
+    return bool(inner) and all(_only_time_up(e, kind) for e in inner)
 
 
 def fails_with(signature: str, configs: Sequence[Config] = CONFIGS) -> Callable[[Program], bool]:
