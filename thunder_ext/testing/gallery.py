@@ -217,7 +217,7 @@ def write_saved_for_backward(x):
 def rotary_cache_refresh(x, cos_buf, sin_buf, inv_freq):
     """A rotary embedding refreshing its cos/sin buffers through a slice, then reading them."""
     T = x.shape[0]
-    f = torch.outer(torch.arange(T, dtype=x.dtype), inv_freq)
+    f = torch.outer(torch.arange(T, dtype=x.dtype, device=x.device), inv_freq)
     cos_buf[:T].copy_(f.cos())
     sin_buf[:T].copy_(f.sin())
     rot = torch.cat((-x[:, 2:], x[:, :2]), dim=-1)
