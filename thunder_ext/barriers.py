@@ -54,7 +54,7 @@ from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import AliasInfo, StorageGroups, accessed_groups, input_names, storage_groups
-from thunder_ext.errors import UnorderableAccessError
+from thunder_ext.errors import PlacementDidNotConvergeError, UnorderableAccessError
 from thunder_ext.op_kinds import (
     describe,
     effect_of,
@@ -649,6 +649,26 @@ def place_barriers(
             gc.enable()
 
 
+def _write_count(placer: _Placer) -> int:
+    """How many of the placer's bsyms write in place: the most rounds a fixed-point loop over them takes."""
+    return sum(1 for e in placer.info.effects if e.writes)
+
+
+class _FixedPoint:
+    """Counts the rounds of a loop that must converge: each round acts on at least one more write,
+    so a loop that runs more rounds than there are writes is a bug, reported as such."""
+
+    def __init__(self, loop: str, bound: int) -> None:
+        self.loop, self.bound, self.rounds = loop, bound, 0
+
+    def next_round(self) -> None:
+        self.rounds += 1
+        if self.rounds > self.bound:
+            raise PlacementDidNotConvergeError(
+                f"{self.loop} did not reach a fixed point within {self.bound} rounds (one per in-place write)"
+            )
+
+
 def _place_barriers(trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow):
     from thunder_ext.dead_writes import dead_inplace_ops, remove_bsyms
     from thunder_ext.functionalize import functionalize
@@ -692,7 +712,9 @@ def _place_barriers(trace, executors, comment, remat_guard, differentiable, func
     dead_bsyms: list[BoundSymbol] = list(dead_functional)
     # A barrier shared by several groups can keep a write alive only through a write that
     # is itself dead, so removal repeats until nothing is dead (each round removes >= 1).
+    rounds = _FixedPoint("dead in-place op removal", _write_count(placer))
     while dead := dead_inplace_ops(out, placer.inputs, effects):
+        rounds.next_round()
         dead_origins = {placer.origin[k] for k in dead}
         dead_bsyms += [stripped[j] for j in sorted(dead_origins)]
         stripped = remove_bsyms(trace, stripped, dead_origins)
@@ -703,7 +725,9 @@ def _place_barriers(trace, executors, comment, remat_guard, differentiable, func
         if remat_guard:
             # Each round pins writes no earlier round pinned, and a trace has finitely many writes:
             # the loop ends exactly at the fixed point, where every fused-read write is pinned.
+            rounds = _FixedPoint("the remat guard", _write_count(placer))
             while need := unguarded_writes(out, placer.origin, placer.info.effects, options.symbols) - remat:
+                rounds.next_round()
                 remat = remat | need
                 placer, out = place(stripped, remat)
         if differentiable:
