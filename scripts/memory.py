@@ -46,13 +46,8 @@ def inplace_softmax(x):
     return y
 
 
-def loop_large(x):
-    y = x.exp()
-    acc = x * 0
-    for _ in range(24):
-        y.add_(1)
-        acc = acc + y
-    return acc
+# The gallery's in-place loop (20 writes, each read), here on the memory set's large input.
+from thunder_ext.testing.gallery import loop_inplace as loop_large  # noqa: E402
 
 
 def memory_set(size: int) -> list[tuple[str, object]]:

@@ -447,3 +447,21 @@ def test_remove_bsyms_drops_the_dead_write_and_what_only_it_needed():
     assert all(b.subsymbols == subs for b, subs in before)
     assert PrimIDs.SHAPE in [s.sym.id for s in bsyms[si].subsymbols]
     assert out[0] is not bsyms[si]
+
+
+# --------------------------------------------------------------------------------------------
+# barriers: the driver's fixed-point loops
+# --------------------------------------------------------------------------------------------
+
+
+def test_fixed_point_loop_past_its_bound_is_an_internal_error():
+    """A loop allowed one round per write raises, naming itself, on the round after the last."""
+    from thunder_ext.barriers import _FixedPoint
+    from thunder_ext.errors import InplaceOrderingError, PlacementDidNotConvergeError
+
+    rounds = _FixedPoint("the remat guard", 2)
+    rounds.next_round()
+    rounds.next_round()
+    with pytest.raises(PlacementDidNotConvergeError, match="the remat guard did not reach a fixed point") as e:
+        rounds.next_round()
+    assert not isinstance(e.value, InplaceOrderingError)  # a bug, never a refusal

@@ -427,10 +427,20 @@ def test_transform_touches_no_global_state():
 
 
 def _node(args: str, outs: str):
+    """A stand-in bsym with what Thunder's producers/consumers read: a symbol id and proxies."""
     from types import SimpleNamespace
 
-    names = lambda s: [SimpleNamespace(name=n) for n in s.split()]  # noqa: E731
-    return SimpleNamespace(flat_proxy_args=names(args), flat_proxy_outs=names(outs))
+    from thunder.core.proxies import Proxy, variableify
+    from thunder.core.trace import TraceCtx, tracectx
+
+    with tracectx(TraceCtx()):
+        ins, outs_ = ([Proxy(name=n) for n in s.split()] for s in (args, outs))
+    return SimpleNamespace(
+        sym=SimpleNamespace(id="node"),
+        flat_proxy_args=ins,
+        flat_variableified_proxy_args=[variableify(p) for p in ins],
+        flat_proxy_outs=outs_,
+    )
 
 
 def test_region_breaks_consecutive_by_position():

@@ -46,7 +46,7 @@ import bisect
 import gc
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from thunder.core.proxies import TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
@@ -54,7 +54,7 @@ from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import AliasInfo, StorageGroups, accessed_groups, input_names, storage_groups
-from thunder_ext.errors import UnorderableAccessError
+from thunder_ext.errors import PlacementDidNotConvergeError, UnorderableAccessError
 from thunder_ext.op_kinds import (
     describe,
     effect_of,
@@ -174,6 +174,23 @@ class _Plan:
         return bool(self.rename or self.witnesses)
 
 
+@dataclass(frozen=True)
+class PlacementOptions:
+    """What every placement round of one pass shares; only the bsyms and the guards vary per round."""
+
+    new_trace: TraceCtx  # the trace new barrier proxies are made in
+    inputs: frozenset[str]  # names of the trace's tensor inputs
+    symbols: BarrierSymbols
+    comment: bool  # give each barrier a header saying why it is there
+    # Outputs of the barriers stripped from the input trace, keyed by their resolved input
+    # names, and barrier output name -> stripped name: a barrier placed again reuses its proxies.
+    previous_barriers: dict[tuple[str, ...], list[tuple[TensorProxy, ...]]]
+    resolved_names: dict[str, str]
+    aliased_inputs: tuple[frozenset[str], ...] = ()
+    nvfuser_may_run: bool = True  # so a write needs its destination to be a region input (see Economy)
+    effects_cache: dict | None = None  # effects of bsyms analysed in more than one round (see storage_groups)
+
+
 class _Placer:
     """One forward walk over stripped bound symbols, adding barriers as ordering requires.
 
@@ -191,31 +208,21 @@ class _Placer:
 
     def __init__(
         self,
-        trace: TraceCtx,
-        new_trace: TraceCtx,
+        options: PlacementOptions,
         bsyms: list[BoundSymbol],
-        symbols: BarrierSymbols,
-        comment: bool,
-        previous: dict,
+        *,
         remat_writes: frozenset[int] = frozenset(),
         differentiable: frozenset[str] = frozenset(),
-        resolved: dict[str, str] | None = None,
-        aliased_inputs: tuple[frozenset[str], ...] = (),
-        write_inputs: bool = True,
-        effects: dict | None = None,
     ):
-        self.new_trace, self.bsyms = new_trace, bsyms
-        self.write_inputs = write_inputs  # nvFuser may run this trace (see Economy)
-        self.previous = {k: list(v) for k, v in previous.items()}
-        self.inputs = input_names(trace)
-        self.info: AliasInfo = storage_groups(bsyms, self.inputs, aliased_inputs, cache=effects)
+        self.options, self.bsyms = options, bsyms
+        # Each round pops the barrier outputs it reuses from its own copy.
+        self.reusable = {k: list(v) for k, v in options.previous_barriers.items()}
+        self.inputs = options.inputs
+        self.info: AliasInfo = storage_groups(bsyms, self.inputs, options.aliased_inputs, cache=options.effects_cache)
         self.mutated = self.info.mutated_groups
-        self.symbols = symbols
-        self.comment = comment
         self.report = BarrierReport()
         self.remat_writes = remat_writes  # stripped indices of writes to guard (see place_barriers)
         self.differentiable = differentiable  # witnesses never to use (see place_barriers)
-        self.resolved = resolved or {}  # reused barrier output name -> stripped name
         self.origin: list[int] = []  # output position -> stripped index (-1 for a barrier)
         self.out: list[BoundSymbol] = []
 
@@ -340,7 +347,7 @@ class _Placer:
                     self.order_write(g, bsym, effect, my_anc, plan)
                 else:
                     self.order_read(g, i, bsym, my_anc, plan)
-            if self.write_inputs:
+            if self.options.nvfuser_may_run:
                 self.make_write_inputs(i, bsym, effect, write_groups, plan)
             if plan:
                 self.emit(plan, bsym)
@@ -385,7 +392,7 @@ class _Placer:
 
     def note_copy_source(self, bsym: BoundSymbol, effect) -> None:
         """Remember the storage a ``copy_`` read from (see :meth:`split_after_copy_source`)."""
-        if self.symbols.fuser is None or not (is_copy(bsym) or is_copy_composite(bsym)):
+        if self.options.symbols.fuser is None or not (is_copy(bsym) or is_copy_composite(bsym)):
             return
         outs = tensor_outs(bsym)
         dests = {self.info.group_of(w) for w in effect.writes}
@@ -554,7 +561,7 @@ class _Placer:
         self.report.dropped_witnesses += len(plan.witnesses) - len(kept)
         if not plan.rename and not kept:
             return
-        symbol = self.symbols.pin if pin else self.symbols.ordering
+        symbol = self.options.symbols.pin if pin else self.options.symbols.ordering
         barrier, outs = self.barrier(symbol, [v for v, _ in plan.rename.values()], kept, before, plan.reasons)
         b_anc = self.ancestry(barrier)
         for (v, cause), new in zip(plan.rename.values(), outs):
@@ -573,14 +580,15 @@ class _Placer:
                 seen.add(w.name)
                 extra.append(w)
         ins = tuple(members) + tuple(extra)
-        reuse = self.previous.get(tuple(self.resolved.get(p.name, p.name) for p in ins))
+        resolved = self.options.resolved_names
+        reuse = self.reusable.get(tuple(resolved.get(p.name, p.name) for p in ins))
         if reuse:
             outs = reuse.pop(0)
         else:
-            with tracectx(self.new_trace):
+            with tracectx(self.options.new_trace):
                 outs = tuple(TensorProxy(like=p, requires_grad=p.requires_grad) for p in ins)
         bsym = symbol.bind(ins, output=outs)
-        header = f"{BARRIER_TAG}: " + "; ".join(dict.fromkeys(reasons)) if self.comment else ""
+        header = f"{BARRIER_TAG}: " + "; ".join(dict.fromkeys(reasons)) if self.options.comment else ""
         bsym = bsym.from_bsym(
             header=header,
             source_filename=before.source_filename,
@@ -641,6 +649,26 @@ def place_barriers(
             gc.enable()
 
 
+def _write_count(placer: _Placer) -> int:
+    """How many of the placer's bsyms write in place: the most rounds a fixed-point loop over them takes."""
+    return sum(1 for e in placer.info.effects if e.writes)
+
+
+class _FixedPoint:
+    """Counts the rounds of a loop that must converge: each round acts on at least one more write,
+    so a loop that runs more rounds than there are writes is a bug, reported as such."""
+
+    def __init__(self, loop: str, bound: int) -> None:
+        self.loop, self.bound, self.rounds = loop, bound, 0
+
+    def next_round(self) -> None:
+        self.rounds += 1
+        if self.rounds > self.bound:
+            raise PlacementDidNotConvergeError(
+                f"{self.loop} did not reach a fixed point within {self.bound} rounds (one per in-place write)"
+            )
+
+
 def _place_barriers(trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow):
     from thunder_ext.dead_writes import dead_inplace_ops, remove_bsyms
     from thunder_ext.functionalize import functionalize
@@ -661,34 +689,32 @@ def _place_barriers(trace, executors, comment, remat_guard, differentiable, func
             # A rewritten write whose new value nothing read was a dead in-place op: dce removed it.
             produced = {p.name for b in stripped for p in b.flat_proxy_outs}
             dead_functional = [w for w, value in freport.new_values if value.name not in produced]
-    symbols = barrier_symbols(executors, stripped, dataflow=dataflow)
-    # Thunder registers nvFuser only where it can run (CUDA), so its absence is final.
-    write_inputs = executors is None or any(getattr(ex, "name", None) == "nvfuser" for ex in executors)
+    options = PlacementOptions(
+        new_trace=new_trace,
+        inputs=frozenset(input_names(trace)),
+        symbols=barrier_symbols(executors, stripped, dataflow=dataflow),
+        comment=comment,
+        previous_barriers=previous,
+        resolved_names=resolved,
+        aliased_inputs=aliased_inputs,
+        # Thunder registers nvFuser only where it can run (CUDA), so its absence is final.
+        nvfuser_may_run=executors is None or any(getattr(ex, "name", None) == "nvfuser" for ex in executors),
+        effects_cache=effects,
+    )
 
     def place(
         bsyms: list[BoundSymbol], remat: frozenset[int] = frozenset(), diff: frozenset[str] = frozenset()
     ) -> tuple[_Placer, list[BoundSymbol]]:
-        placer = _Placer(
-            trace,
-            new_trace,
-            bsyms,
-            symbols,
-            comment,
-            previous,
-            remat,
-            diff,
-            resolved,
-            aliased_inputs,
-            write_inputs,
-            effects,
-        )
+        placer = _Placer(options, bsyms, remat_writes=remat, differentiable=diff)
         return placer, placer.run()
 
     placer, out = place(stripped)
     dead_bsyms: list[BoundSymbol] = list(dead_functional)
     # A barrier shared by several groups can keep a write alive only through a write that
     # is itself dead, so removal repeats until nothing is dead (each round removes >= 1).
+    rounds = _FixedPoint("dead in-place op removal", _write_count(placer))
     while dead := dead_inplace_ops(out, placer.inputs, effects):
+        rounds.next_round()
         dead_origins = {placer.origin[k] for k in dead}
         dead_bsyms += [stripped[j] for j in sorted(dead_origins)]
         stripped = remove_bsyms(trace, stripped, dead_origins)
@@ -699,7 +725,9 @@ def _place_barriers(trace, executors, comment, remat_guard, differentiable, func
         if remat_guard:
             # Each round pins writes no earlier round pinned, and a trace has finitely many writes:
             # the loop ends exactly at the fixed point, where every fused-read write is pinned.
-            while need := unguarded_writes(out, placer.origin, placer.info.effects, symbols) - remat:
+            rounds = _FixedPoint("the remat guard", _write_count(placer))
+            while need := unguarded_writes(out, placer.origin, placer.info.effects, options.symbols) - remat:
+                rounds.next_round()
                 remat = remat | need
                 placer, out = place(stripped, remat)
         if differentiable:
@@ -708,10 +736,12 @@ def _place_barriers(trace, executors, comment, remat_guard, differentiable, func
         return placer, out
 
     placer, out = guarded(placer, out)
-    if symbols.fuser is not None and dataflow and not partition_keeps_every_bsym(trace, out, symbols.fuser):
+    fuser = options.symbols.fuser
+    if fuser is not None and dataflow and not partition_keeps_every_bsym(trace, out, fuser):
         # Thunder's partitioner would drop bsyms (remat_guard's docstring): bind every barrier
         # unfused, which leaves it fewer merges, under that rule's remat guard.
-        symbols = BarrierSymbols(symbols.pin, symbols.pin)
+        pin = options.symbols.pin
+        options = replace(options, symbols=BarrierSymbols(pin, pin))
         placer, out = guarded(*place(stripped))
     report = placer.report
     report.dead_writes = dead_bsyms

@@ -42,3 +42,11 @@ class GradInputWriteError(InplaceOrderingError):
     Thunder cannot give the caller's tensor the history of the write (what ``ctx.mark_dirty``
     does in an ``autograd.Function``), and drops every gradient path through that input.
     """
+
+
+class PlacementDidNotConvergeError(RuntimeError):
+    """Internal error: a fixed-point loop of the barrier pass ran more rounds than the trace has writes.
+
+    Each round must act on at least one more write, so this is a bug in thunder-ext, not a
+    refusal of the program (hence not an :class:`InplaceOrderingError`).
+    """

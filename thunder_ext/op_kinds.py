@@ -194,21 +194,21 @@ def _leaves(bsym: BoundSymbol):
 
 def _composite_effect(bsym: BoundSymbol) -> Effect:
     """Writes and aliases of a composite, found by alias analysis over its subsymbols."""
-    parent: dict[str, str] = {}
+    # Imported here: alias_analysis builds on this module.
+    from thunder_ext.alias_analysis import StorageGroups
 
-    def root(n: str) -> str:
-        while parent.get(n, n) != n:
-            n = parent[n]
-        return n
-
+    groups = StorageGroups()
+    root = groups.group
+    aliased = False
     writes_roots: set[str] = set()
     for leaf in _leaves(bsym):
         e = effect_of(leaf)
         for out, arg in e.aliases:
-            parent[root(out.name)] = root(arg.name)
+            groups.union(out.name, arg.name)
+            aliased = True
         for w in e.writes:
             writes_roots.add(root(w.name))
-    if not writes_roots and not parent:
+    if not writes_roots and not aliased:
         return _NO_EFFECT
     args = tensor_args(bsym)
     arg_roots = {}

@@ -55,6 +55,7 @@ from thunder.core import prims
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol, has_tags
 from thunder.core.trace import TraceCtx, from_trace
+from thunder.core.utils import consumers, producers
 from thunder.extend import Executor, FusionExecutor, OperatorExecutor
 
 from thunder_ext.op_kinds import is_barrier, is_return, tensor_outs
@@ -145,22 +146,20 @@ def _between_fused(fusible: Sequence[bool]) -> bool:
 
 def _has_interior_unfused(bsyms: Sequence[BoundSymbol], fusible: Sequence[bool]) -> bool:
     """Whether a bsym outside every region has fusible bsyms both upstream and downstream of it."""
-    producer: dict[str, int] = {}
-    readers: dict[str, list[int]] = {}
-    for k, b in enumerate(bsyms):
-        for p in b.flat_proxy_args:
-            readers.setdefault(p.name, []).append(k)
-        for p in b.flat_proxy_outs:
-            producer.setdefault(p.name, k)
+    # As indices into ``fusible``.  Thunder counts no bsym as producing a proxy it also reads,
+    # and the searches below skip self-edges anyway.
+    bsyms = list(bsyms)
+    producer = producers(bsyms, _map_to_numbers=True)
+    readers = consumers(bsyms, _map_to_numbers=True)
     above = [False] * len(bsyms)  # a fusible bsym is a strict ancestor
     for k, b in enumerate(bsyms):
         above[k] = any(
-            (j := producer.get(p.name)) is not None and j != k and (fusible[j] or above[j]) for p in b.flat_proxy_args
+            (j := producer.get(p, None)) is not None and j != k and (fusible[j] or above[j]) for p in b.flat_proxy_args
         )
     below = [False] * len(bsyms)  # a fusible bsym is a strict descendant
     for k in range(len(bsyms) - 1, -1, -1):
         below[k] = any(
-            r != k and (fusible[r] or below[r]) for p in bsyms[k].flat_proxy_outs for r in readers.get(p.name, ())
+            r != k and (fusible[r] or below[r]) for p in bsyms[k].flat_proxy_outs for r in readers.get(p, ())
         )
     return any(not f and a and d for f, a, d in zip(fusible, above, below))
 
