@@ -503,3 +503,38 @@ def test_dynamo_observed_error_is_eager_error():
     cells = judge_function(leaf_write_eager_refuses, lambda g: (_x(False), _x(g)), grad_modes=(True,),
                            configs=TORCH_COMPILE).cells
     assert cells and all(c.verdict == "ok" for c in cells), [str(c) for c in cells]
+
+
+def copy_into_grad_input_then_view(a, b):
+    b.copy_(a)
+    t0 = a.neg()
+    t1 = t0 + 1.5
+    b.copy_(t0)
+    b.expand(2, 4, 3)  # a read after the writes: Thunder's own barriers rename what it returns
+    return (t1, t0, b)
+
+
+def test_written_grad_input_returned_through_thunders_barrier():
+    """Class 9 was missed when Thunder's barriers renamed the returned input (a silently wrong
+    gradient for `a`); the refusal now reads the return after stripping barriers."""
+    def args(g):
+        return (_x(g), _x(g) * 1)
+
+    cells = judge_function(copy_into_grad_input_then_view, args, grad_modes=(True,)).cells
+    assert cells and all(c.status == "refused" and "GradInputWriteError" in c.detail for c in cells), [
+        str(c) for c in cells
+    ]
+
+
+def setitem_view_of_input_then_return(a, b, c):
+    a.copy_(b)
+    t1 = c.view(-1)
+    t1[1:] = 1.5
+    return (b,)
+
+
+def test_write_read_by_return_barrier_is_pinned_torch_compile():
+    """The return's ordering barrier was bound fused, leaving the write's output read only inside
+    a region: torch_compile_ex recomputed (re-ran) the write.  That barrier is now the pin."""
+    assert_matches_eager(setitem_view_of_input_then_return, lambda g: (_x(False), _x(False), _x(False)),
+                         grad_modes=(False,), configs=TORCH_COMPILE)

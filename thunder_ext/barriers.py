@@ -427,9 +427,9 @@ class _Placer:
         write since the last read."""
         if not self.pending_remat:
             return
-        if is_return(bsym):
-            self.pending_remat.clear()
-            return
+        # The return pins what it reads itself, but a stale name it reads gets a barrier first,
+        # and that barrier must be the pin (a fused one would leave the write's output read
+        # only inside a region, free to be recomputed).
         if not any(self.info.group_of(p) in self.pending_remat for p in tensor_args(bsym)):
             return
         plan = _Plan()

@@ -21,10 +21,13 @@ Class 6 is judged at the fusion stage instead (:func:`refuse_saved_tensor_mutati
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from thunder.core import dtypes
 from thunder.core.compile_data import get_compile_data
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_flatten
+from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 
 from thunder_ext.alias_analysis import input_names, storage_groups
@@ -133,9 +136,13 @@ def refuse_gradless_overwrite(trace: TraceCtx, diff: set[str]) -> None:
             )
 
 
-def _returned_outputs(trace: TraceCtx) -> list[TensorProxy]:
-    """The tensors the function returns (the ``output`` entry of Thunder's wrapped return)."""
-    ret = trace.bound_symbols[-1] if trace.bound_symbols else None
+def _returned_outputs(bsyms: Sequence[BoundSymbol]) -> list[TensorProxy]:
+    """The tensors the function returns (the ``output`` entry of Thunder's wrapped return).
+
+    Pass the bsyms the caller analyses: after :func:`strip_barriers`, the return reads the
+    stripped names (Thunder's own barriers rename what it returns).
+    """
+    ret = bsyms[-1] if bsyms else None
     if ret is None or not is_return(ret) or not ret.args:
         return []
     value = ret.args[0].get("output") if isinstance(ret.args[0], dict) else ret.args
@@ -155,7 +162,7 @@ def refuse_written_grad_inputs(trace: TraceCtx) -> None:
     if not grad_inputs:
         return
     info = storage_groups(bsyms, input_names(trace))
-    outputs = _returned_outputs(trace)
+    outputs = _returned_outputs(bsyms)
     for x in grad_inputs:
         write = next((b for b, e in zip(bsyms, info.effects) if any(info.group_of(w) == info.group_of(x) for w in e.writes)), None)
         if write is None:

@@ -146,6 +146,19 @@ class Program:
         lines.append(f"    return ({', '.join(self.returns)},)")
         return "\n".join(lines) + "\n"
 
+    @classmethod
+    def from_source(cls, source: str) -> "Program":
+        """The program whose :attr:`source` is ``source`` (a soak's JSON keeps programs as text)."""
+        lines = source.strip().splitlines()
+        kinds = {"(4, 3)": "x", "(3,) running mean": "rm", "(3,) running var": "rv", "tensor([1, 0])": "idx"}
+        shapes = "|".join(re.escape(k) for k in kinds)
+        inputs = [
+            Input(m[1], kinds[m[2]], m[3] is not None, m[4] is not None)
+            for m in re.finditer(rf"(\w+) ({shapes})( requires_grad)?( \(non-leaf\))?", lines[0])
+        ]
+        returns = lines[-1].strip().removeprefix("return (").removesuffix(",)").split(", ")
+        return cls(tuple(inputs), tuple(line[4:] for line in lines[2:-1]), tuple(returns))
+
     def __str__(self) -> str:
         return self.source
 
