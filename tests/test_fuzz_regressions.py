@@ -538,3 +538,19 @@ def test_write_read_by_return_barrier_is_pinned_torch_compile():
     a region: torch_compile_ex recomputed (re-ran) the write.  That barrier is now the pin."""
     assert_matches_eager(setitem_view_of_input_then_return, lambda g: (_x(False), _x(False), _x(False)),
                          grad_modes=(False,), configs=TORCH_COMPILE)
+
+
+def input_used_after_partial_write(a, rm, rv):
+    a[0] = -0.5
+    with torch.no_grad():
+        rv.mul_(0.9).add_(a.mean(0), alpha=0.1)
+    a.tanh_()
+    rv.tanh_()
+    return (rm.exp(),)
+
+
+def test_input_used_after_write_ends_region_torch_compile():
+    """Plain torch.compile (torch 2.11) leaves a wrong `rv` here: Inductor mishandles an input used
+    again after a write into it in one graph.  With fused barriers the pass ends the region there."""
+    assert_matches_eager(input_used_after_partial_write, lambda g: (_x(False), *_stats()),
+                         grad_modes=(False,), configs=TORCH_COMPILE)

@@ -254,9 +254,10 @@ class _Placer:
         self.version_proxy: dict[str, TensorProxy] = {}
         self.next_version: dict[str, tuple[str, BoundSymbol | None]] = {}  # version -> (next, stale-making write)
         self.made_by_barrier: set[str] = set()
-        # group -> (copy_, its output): a copy out of that storage with no later use yet (torch.compile)
-        self.copy_sources: dict[str, tuple[BoundSymbol, TensorProxy]] = {}
+        # group -> (write, its output, why): the next use of that storage starts a new region (torch.compile)
+        self.region_ends: dict[str, tuple[BoundSymbol, TensorProxy, str]] = {}
         self._all_members: dict[str, list[str]] | None = None
+        self._input_groups: set[str] | None = None
         self.anc: dict[str, int] = {}
         self.nbits = 0
         self.last_write: dict[str, _LastWrite] = {}
@@ -371,19 +372,31 @@ class _Placer:
                 self.pending_remat[g] = self.last_write[g]
 
     def split_after_copy_source(self, i: int, bsym: BoundSymbol) -> None:
-        """After a ``copy_`` out of a group, its next use goes to a new fusion region (torch.compile).
+        """After a ``copy_`` out of a group, or a write into an input, the group's next use goes
+        to a new fusion region (torch.compile).
 
-        Inside one ``torch_compile_ex`` region Inductor gets the source of an earlier ``copy_``
-        wrong when it is used again: ``rm.copy_(rv); rv.mul_(rm)`` leaves ``rm`` with the new
-        ``rv``, and ``t = batch_norm(a, ...); a.copy_(t); u = t * 3; return t.mean(1), u`` returns
-        a wrong mean, although data edges order everything.  Only when barriers are fused is a
-        region that large possible; then one unfused barrier over the copy's output, through
-        which every later use of the source's storage goes, ends the region at the copy.
+        Inductor gets some in-place programs wrong inside one ``torch_compile_ex`` region,
+        although data edges order everything:
+
+        * the source of an earlier ``copy_`` used again: ``rm.copy_(rv); rv.mul_(rm)`` leaves
+          ``rm`` with the new ``rv``; ``t = batch_norm(a, ...); a.copy_(t); u = t * 3; return
+          t.mean(1), u`` returns a wrong mean;
+        * an input used again after a write into it: ``a[0] = -0.5; s = a.sum(0); rv.add_(s);
+          a.tanh_(); rv.tanh_()`` leaves a wrong ``rv``, and ``t = batch_norm(b, rm, rv, ...);
+          t[1:] = rv`` a wrong ``t``, ``rm`` and ``rv``, under plain ``torch.compile`` too (torch
+          2.11; upstream pytorch/pytorch#198270 is one of this family).  Dynamo turns a write
+          into an input into a functional value plus a copy back at the end of the graph, and
+          Inductor's reinplacing and scheduling of those copies is where these go wrong; an
+          input whose write is its last access in the region is the case it gets right.
+
+        Only when barriers are fused is a region that large possible; then one unfused barrier
+        over the write's output, through which every later use of the storage goes, ends the
+        region there.
         """
-        touched = sorted({self.info.group_of(p) for p in tensor_args(bsym)} & self.copy_sources.keys())
+        touched = sorted({self.info.group_of(p) for p in tensor_args(bsym)} & self.region_ends.keys())
         for g in touched:
-            who, witness = self.copy_sources.pop(g)
-            plan = _Plan(witnesses=[witness], reasons=[f"torch.compile: {describe(bsym)} uses the source of {describe(who)}"])
+            who, witness, why = self.region_ends.pop(g)
+            plan = _Plan(witnesses=[witness], reasons=[f"torch.compile: {describe(bsym)} {why} {describe(who)}"])
             for m in self.all_members().get(g, ()):
                 if m in self.defined and self.last_use.get(m, -1) >= i:
                     v = self.current(self.proxies[m])
@@ -391,15 +404,28 @@ class _Placer:
             self.emit(plan, bsym, pin=True)
 
     def note_copy_source(self, bsym: BoundSymbol, effect) -> None:
-        """Remember the storage a ``copy_`` read from (see :meth:`split_after_copy_source`)."""
-        if self.options.symbols.fuser is None or not (is_copy(bsym) or is_copy_composite(bsym)):
+        """Remember where a region must end (see :meth:`split_after_copy_source`)."""
+        if self.options.symbols.fuser is None:
             return
         outs = tensor_outs(bsym)
+        if not outs:
+            return
         dests = {self.info.group_of(w) for w in effect.writes}
-        for p in tensor_args(bsym):
-            g = self.info.group_of(p)
-            if outs and g not in dests and not any(p is w for w in effect.writes):
-                self.copy_sources[g] = (bsym, outs[0])
+        if is_copy(bsym) or is_copy_composite(bsym):
+            for p in tensor_args(bsym):
+                g = self.info.group_of(p)
+                if g not in dests and not any(p is w for w in effect.writes):
+                    self.region_ends[g] = (bsym, outs[0], "uses the source of")
+        for w in effect.writes:
+            g = self.info.group_of(w)
+            if g in self.input_groups():
+                self.region_ends[g] = (bsym, outs[0], "uses an input written by")
+
+    def input_groups(self) -> set[str]:
+        """The storage groups of the trace's inputs (what the caller can observe)."""
+        if self._input_groups is None:
+            self._input_groups = {self.info.group_of(self.proxies[n]) for n in self.inputs if n in self.proxies}
+        return self._input_groups
 
     def all_members(self) -> dict[str, list[str]]:
         if self._all_members is None:
