@@ -12,7 +12,9 @@ It acts twice:
   values the backward reads (class 6).
 
 With ``check=True`` it verifies its own output and the final forward and backward traces
-with :func:`thunder_ext.checker.assert_valid`.
+with :func:`thunder_ext.checker.assert_valid`.  Last, on the final traces, it re-inplaces
+out-of-place elementwise ops whose private input buffer dies there
+(:mod:`thunder_ext.reinplace`), so functionalized writes cost no extra memory.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from thunder_ext.errors import InplaceOrderingError
 from thunder_ext.input_aliases import aliased_inputs, guard_substituted_aliases
 from thunder_ext.integration import install_barrier_stage, reports_for
 from thunder_ext.logs import log_refusal, log_report
+from thunder_ext.reinplace import reinplace
 from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients
 from thunder_ext.validation import require_bool
 
@@ -75,4 +78,7 @@ class InplaceBarrierTransform(thunder.Transform):
             cd = get_compile_data()
             aliased = reports_for(cd).aliased_inputs if cd is not None else ()
             assert_valid(computation_trace, stage="final trace", aliased_inputs=aliased)
-        return computation_trace
+        # After the check: the ordering invariants are about the trace as fusion left it;
+        # re-inplacing only reuses buffers that nothing reads any more (thunder_ext.reinplace).
+        new, _ = reinplace(computation_trace)
+        return new

@@ -1,0 +1,216 @@
+"""Re-inplacing after fusion: an out-of-place elementwise op may write into a dying private buffer.
+
+Functionalization (:mod:`thunder_ext.functionalize`) rewrites writes to private storage out of
+place, which is what lets autodiff and the fusion passes see plain data flow.  Once the final
+trace exists nothing reorders it any more, so an out-of-place op whose input buffer dies at
+that op can write its result into that buffer instead of allocating a new one: the
+reinplacing that ExecuTorch's MLX reinplace pass and its in-place memory planner describe.
+
+:func:`reinplace` rewrites a top-level torch-executor op ``out = op(..., buf, ...)`` into the
+same torch-executor symbol bound in its in-place form, keeping ``out`` as the output name:
+
+* ``torch.nn.functional.relu(buf, False)`` (and ``silu``, ``leaky_relu``, ``hardtanh``, ``elu``,
+  ``relu6``) becomes the call with ``inplace=True``, which returns ``buf``;
+* an elementwise op with an ``out=`` argument (``torch.add``, ``torch.where``, ``torch.exp``,
+  ...) gets ``out=buf``, which also returns ``buf``.
+
+:func:`runtime_aliases` says which outputs of a final-trace bsym are, at run time, the very
+same tensor object as one of its arguments (these forms, ``copy_`` and ``update_aliases``).
+
+Invariants it relies on:
+
+* it runs on a final trace (after fusion, the forward/backward split and ``del`` insertion):
+  nothing reorders the trace afterwards, the trace runs under ``torch.no_grad``, and a
+  ``python_del`` only drops a name, so keeping ``out`` as a separate name that is the same
+  object as ``buf`` needs no change to the ``del``s;
+* ``buf`` is *fresh private storage*: it is the output of a bsym in :data:`_FRESH` (a torch
+  executor op that always returns a newly allocated tensor) or of an op this pass rewrote,
+  whose own buffer died there; so it is no trace input, no view of one, and no other name
+  shares its memory;
+* every other consumer of ``buf`` is a ``python_del`` or a :data:`_FRESH` op before the
+  rewritten one (it reads ``buf`` and makes no alias of it); nothing after the op reads it,
+  the return included, so it is neither returned nor saved for backward;
+* ``buf`` has the output's shape, dtype and device, so the in-place result is the
+  out-of-place result element for element (a full overlap of input and output, which every
+  PyTorch elementwise kernel supports, unlike a partial one);
+* anything else, including bsyms inside fusion regions, is left as it is.
+
+The input trace is never mutated.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+
+import torch
+from thunder.core import prims
+from thunder.core.proxies import TensorProxy
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
+from thunder.core.utils import consumers, producers
+from thunder.executors.torchex import ex as torchex
+
+# torch.nn.functional ops whose ``inplace=True`` form writes into their first argument.
+_INPLACE_FLAG: dict[str, Callable] = {
+    name: getattr(torch.nn.functional, name) for name in ("relu", "silu", "leaky_relu", "hardtanh", "elu", "relu6")
+}
+# Elementwise torch ops (module ``torch``) that accept ``out=``; a full overlap of ``out`` with
+# an input is how PyTorch's own in-place variants run these kernels.
+_OUT_ARG = frozenset(
+    {
+        "abs", "neg", "exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "sigmoid", "reciprocal",
+        "rsqrt", "sqrt", "erf", "add", "sub", "mul", "div", "where", "maximum", "minimum", "clamp",
+    }
+)  # fmt: skip
+# Torch executor ops whose output is always a new allocation and never an alias of an input
+# (in their out-of-place form): possible producers of a buffer, and harmless earlier readers.
+_FRESH = (
+    _OUT_ARG
+    | frozenset(_INPLACE_FLAG)
+    | frozenset({"linear", "matmul", "mm", "bmm", "conv1d", "conv2d", "conv3d"})
+    | frozenset({"gt", "ge", "lt", "le", "eq", "ne", "sum", "amax", "amin", "mean"})
+)
+
+
+def _torchex_name(bsym: BoundSymbol) -> str | None:
+    sym = bsym.sym
+    if getattr(sym, "executor", None) is not torchex:
+        return None
+    return sym.name
+
+
+def _inplace_flag_arguments(bsym: BoundSymbol) -> inspect.BoundArguments | None:
+    fn = _INPLACE_FLAG[bsym.sym.name]
+    try:
+        bound = inspect.signature(fn).bind(*bsym.args, **bsym.kwargs)
+    except TypeError:
+        return None
+    bound.apply_defaults()
+    return bound
+
+
+def _is_inplace_form(bsym: BoundSymbol) -> bool:
+    """The bsym is a torch executor op bound in its in-place form (``inplace=True`` or ``out=``)."""
+    name = _torchex_name(bsym)
+    if name in _OUT_ARG and bsym.kwargs.get("out") is not None:
+        return True
+    if name in _INPLACE_FLAG:
+        bound = _inplace_flag_arguments(bsym)
+        return bound is None or bool(bound.arguments.get("inplace"))  # unreadable: assume it may write
+    return False
+
+
+def _is_fresh(bsym: BoundSymbol) -> bool:
+    return _torchex_name(bsym) in _FRESH and not _is_inplace_form(bsym)
+
+
+def runtime_aliases(bsym: BoundSymbol) -> list[tuple[TensorProxy, TensorProxy]]:
+    """(output, argument) pairs of a final-trace bsym that are the same tensor object at run time.
+
+    ``update_aliases`` returns its arguments, ``copy_`` returns its destination, and the
+    in-place forms this pass emits return the buffer they write.
+    """
+    outs = [o for o in bsym.flat_proxy_outs if isinstance(o, TensorProxy)]
+    sym_id = bsym.sym.id
+    if sym_id in (prims.PrimIDs.UPDATE_ALIASES, "update_aliases"):
+        args = [a for a in bsym.flat_proxy_args if isinstance(a, TensorProxy)]
+        return list(zip(outs, args)) if len(outs) == len(args) else []
+    if sym_id in (prims.PrimIDs.COPY_, "copy_"):
+        dst = bsym.args[1] if len(bsym.args) > 1 else bsym.kwargs.get("copy_to")
+        return [(outs[0], dst)] if len(outs) == 1 and isinstance(dst, TensorProxy) else []
+    name = _torchex_name(bsym)
+    if len(outs) == 1 and name in _OUT_ARG and isinstance(bsym.kwargs.get("out"), TensorProxy):
+        return [(outs[0], bsym.kwargs["out"])]
+    if len(outs) == 1 and name in _INPLACE_FLAG and _is_inplace_form(bsym) and isinstance(bsym.args[0], TensorProxy):
+        return [(outs[0], bsym.args[0])]
+    return []
+
+
+def _same_layout_class(a: TensorProxy, b: TensorProxy) -> bool:
+    return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype and a.device == b.device
+
+
+def _inplace_form(bsym: BoundSymbol, buf: TensorProxy) -> BoundSymbol | None:
+    """``bsym`` bound so that it writes its result into ``buf``; None when it cannot."""
+    name = bsym.sym.name
+    if name in _INPLACE_FLAG:
+        bound = _inplace_flag_arguments(bsym)
+        if bound is None or "inplace" not in bound.arguments or bound.args[0] is not buf:
+            return None
+        bound.arguments["inplace"] = True
+        # subsymbols=(): the out-of-place decomposition no longer describes what runs.
+        return bsym.from_bsym(args=tuple(bound.args), kwargs=dict(bound.kwargs), subsymbols=())
+    if "out" in bsym.kwargs:
+        return None
+    return bsym.from_bsym(kwargs={**bsym.kwargs, "out": buf}, subsymbols=())
+
+
+def _candidates(bsym: BoundSymbol) -> list[TensorProxy]:
+    name = bsym.sym.name
+    if name in _INPLACE_FLAG:
+        return [bsym.args[0]] if bsym.args and isinstance(bsym.args[0], TensorProxy) else []
+    # Positional tensor arguments only: a tensor keyword (a weight, ``out``) is not the data.
+    seen: list[TensorProxy] = []
+    for a in bsym.args:
+        if isinstance(a, TensorProxy) and all(a is not s for s in seen):
+            seen.append(a)
+    return seen
+
+
+def reinplace(trace: TraceCtx) -> tuple[TraceCtx, list[BoundSymbol]]:
+    """Rewrite unfused out-of-place elementwise ops on dying fresh private buffers in place.
+
+    Returns the new trace (the input trace itself when nothing changed) and the rewritten
+    bsyms as they are in the new trace.
+    """
+    start = time.perf_counter_ns()
+    bsyms = list(trace.bound_symbols)
+    position = {id(b): i for i, b in enumerate(bsyms)}
+    cons = consumers(bsyms)
+    prods = producers(bsyms)
+    # Outputs of ops rewritten here: fresh in effect, since the buffer they reuse died there.
+    rewritten_outs: set[str] = set()
+    rewritten: list[BoundSymbol] = []
+
+    for i, bsym in enumerate(bsyms):
+        name = _torchex_name(bsym)
+        if name not in _OUT_ARG and name not in _INPLACE_FLAG or _is_inplace_form(bsym):
+            continue
+        outs = [o for o in bsym.flat_proxy_outs]
+        if len(outs) != 1 or not isinstance(outs[0], TensorProxy):
+            continue
+        out = outs[0]
+        for buf in _candidates(bsym):
+            if not _same_layout_class(buf, out):
+                continue
+            producer = prods.get(buf, None)
+            if producer is None or not (_is_fresh(producer) or buf.name in rewritten_outs):
+                continue
+            ok = True
+            for c in cons.get(buf, []):
+                if c is bsym or c.sym.id == prims.PrimIDs.DEL:
+                    continue
+                # Another reader: only a fresh op before this one, which keeps no alias of buf.
+                if position[id(c)] >= i or not _is_fresh(c):
+                    ok = False
+                    break
+            if not ok:
+                continue
+            new = _inplace_form(bsym, buf)
+            if new is None:
+                continue
+            bsyms[i] = new
+            position[id(new)] = i
+            rewritten_outs.add(out.name)
+            rewritten.append(new)
+            break
+
+    if not rewritten:
+        return trace, []
+    new_trace = from_trace(trace)
+    new_trace.bound_symbols = bsyms
+    elapsed_ms = (time.perf_counter_ns() - start) / 1e6
+    new_trace.set_provenance(TraceProvenance(f"thunder_ext reinplace ({len(rewritten)} ops, took {elapsed_ms:.2f} ms)"))
+    return new_trace, rewritten
