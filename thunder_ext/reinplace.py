@@ -32,7 +32,11 @@ Invariants it relies on:
   the return included, so it is neither returned nor saved for backward;
 * ``buf`` has the output's shape, dtype and device, so the in-place result is the
   out-of-place result element for element (a full overlap of input and output, which every
-  PyTorch elementwise kernel supports, unlike a partial one);
+  PyTorch elementwise kernel supports, unlike a partial one); no other argument of the op
+  shares memory with ``buf``; for ``index_copy`` (not elementwise) ``buf`` is its ``self``,
+  which its ``out`` kernel updates in place exactly as ``index_copy_`` does;
+* the in-place form is tried on meta tensors first (:func:`_probe`): an overload that does
+  not exist or a cast PyTorch refuses leaves the op as it is;
 * anything else, including bsyms inside fusion regions, is left as it is.
 
 The input trace is never mutated.
@@ -46,11 +50,15 @@ from collections.abc import Callable
 
 import torch
 from thunder.core import prims
+from thunder.core.dtypes import to_torch_dtype
 from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_map
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 from thunder.core.utils import consumers, producers
 from thunder.executors.torchex import ex as torchex
+
+from thunder_ext.alias_analysis import input_names, storage_groups
 
 # torch.nn.functional ops whose ``inplace=True`` form writes into their first argument.
 _INPLACE_FLAG: dict[str, Callable] = {
@@ -62,15 +70,21 @@ _OUT_ARG = frozenset(
     {
         "abs", "neg", "exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "sigmoid", "reciprocal",
         "rsqrt", "sqrt", "erf", "add", "sub", "mul", "div", "where", "maximum", "minimum", "clamp",
+        "index_copy",
     }
 )  # fmt: skip
+# Of those, the ones that are not elementwise: ``out`` may only be their ``self`` (first) argument,
+# which ``index_copy``'s out kernel then updates in place, as ``index_copy_`` does.
+_OUT_SELF_ONLY = frozenset({"index_copy"})
 # Torch executor ops whose output is always a new allocation and never an alias of an input
 # (in their out-of-place form): possible producers of a buffer, and harmless earlier readers.
 _FRESH = (
     _OUT_ARG
     | frozenset(_INPLACE_FLAG)
-    | frozenset({"linear", "matmul", "mm", "bmm", "conv1d", "conv2d", "conv3d"})
-    | frozenset({"gt", "ge", "lt", "le", "eq", "ne", "sum", "amax", "amin", "mean"})
+    | frozenset({"linear", "matmul", "mm", "bmm", "conv1d", "conv2d", "conv3d", "convolution"})
+    | frozenset({"gt", "ge", "lt", "le", "eq", "ne", "sum", "amax", "amin", "mean", "cat"})
+    # The torch executor's setitem out of place: it clones its input first.
+    | frozenset({"copy_with_setitem_impl"})
 )
 
 
@@ -91,7 +105,7 @@ def _inplace_flag_arguments(bsym: BoundSymbol) -> inspect.BoundArguments | None:
     return bound
 
 
-def _is_inplace_form(bsym: BoundSymbol) -> bool:
+def is_inplace_form(bsym: BoundSymbol) -> bool:
     """The bsym is a torch executor op bound in its in-place form (``inplace=True`` or ``out=``)."""
     name = _torchex_name(bsym)
     if name in _OUT_ARG and bsym.kwargs.get("out") is not None:
@@ -103,7 +117,7 @@ def _is_inplace_form(bsym: BoundSymbol) -> bool:
 
 
 def _is_fresh(bsym: BoundSymbol) -> bool:
-    return _torchex_name(bsym) in _FRESH and not _is_inplace_form(bsym)
+    return _torchex_name(bsym) in _FRESH and not is_inplace_form(bsym)
 
 
 def runtime_aliases(bsym: BoundSymbol) -> list[tuple[TensorProxy, TensorProxy]]:
@@ -123,7 +137,7 @@ def runtime_aliases(bsym: BoundSymbol) -> list[tuple[TensorProxy, TensorProxy]]:
     name = _torchex_name(bsym)
     if len(outs) == 1 and name in _OUT_ARG and isinstance(bsym.kwargs.get("out"), TensorProxy):
         return [(outs[0], bsym.kwargs["out"])]
-    if len(outs) == 1 and name in _INPLACE_FLAG and _is_inplace_form(bsym) and isinstance(bsym.args[0], TensorProxy):
+    if len(outs) == 1 and name in _INPLACE_FLAG and is_inplace_form(bsym) and isinstance(bsym.args[0], TensorProxy):
         return [(outs[0], bsym.args[0])]
     return []
 
@@ -147,9 +161,41 @@ def _inplace_form(bsym: BoundSymbol, buf: TensorProxy) -> BoundSymbol | None:
     return bsym.from_bsym(kwargs={**bsym.kwargs, "out": buf}, subsymbols=())
 
 
+def _torch_callable(bsym: BoundSymbol) -> Callable | None:
+    module = getattr(bsym.sym, "module", None)
+    return getattr(module, bsym.sym.name, None) if module is not None else None
+
+
+def _probe(new: BoundSymbol, buf: TensorProxy, out: TensorProxy) -> bool:
+    """The in-place form runs and returns ``buf`` itself, tried on meta tensors.
+
+    Catches what the signature cannot tell: an overload without ``out=`` (``torch.where`` with
+    a scalar), or a result type that cannot be cast into ``buf``.
+    """
+    fn = _torch_callable(new)
+    if fn is None:
+        return False
+    metas: dict[str, torch.Tensor] = {}
+
+    def meta(x):
+        if isinstance(x, TensorProxy):
+            if x.name not in metas:
+                metas[x.name] = torch.empty(tuple(x.shape), dtype=to_torch_dtype(x.dtype), device="meta")
+            return metas[x.name]
+        return x
+
+    args, kwargs = tree_map(meta, (new.args, new.kwargs))
+    try:
+        with torch.no_grad():
+            result = fn(*args, **kwargs)
+    except Exception:  # no such overload, or a cast it refuses: leave the op as it is
+        return False
+    return result is metas[buf.name] and tuple(result.shape) == tuple(out.shape) and result.dtype == metas[buf.name].dtype
+
+
 def _candidates(bsym: BoundSymbol) -> list[TensorProxy]:
     name = bsym.sym.name
-    if name in _INPLACE_FLAG:
+    if name in _INPLACE_FLAG or name in _OUT_SELF_ONLY:
         return [bsym.args[0]] if bsym.args and isinstance(bsym.args[0], TensorProxy) else []
     # Positional tensor arguments only: a tensor keyword (a weight, ``out``) is not the data.
     seen: list[TensorProxy] = []
@@ -157,6 +203,36 @@ def _candidates(bsym: BoundSymbol) -> list[TensorProxy]:
         if isinstance(a, TensorProxy) and all(a is not s for s in seen):
             seen.append(a)
     return seen
+
+
+def _dies_here(
+    buf: TensorProxy, bsym: BoundSymbol, i: int, info, bases: dict, position: dict, cons, rewritten_outs: set[str]
+) -> bool:
+    """``buf`` is fresh private storage that nothing reads after bsym ``i`` (see the invariants)."""
+    group = info.group_of(buf)
+    members = info.groups.members().get(group, [buf.name]) if buf.name in info.groups else [buf.name]
+    # One base, buf itself; every other member is a view or barrier output of it.
+    if bases.get(group, {buf.name}) != {buf.name} or any(m in info.inputs for m in members):
+        return False
+    others = {m for m in members if m != buf.name}
+    if any(isinstance(a, TensorProxy) and a.name in others for a in bsym.flat_proxy_args):
+        return False  # a view of buf read by the op itself: a partial overlap
+    for m in members:
+        try:
+            readers = cons.get_by_name(m)  # ProxyDict.get takes a proxy, and answers [] for a name
+        except KeyError:
+            readers = []
+        for c in readers:
+            if c is bsym and m == buf.name or c.sym.id == prims.PrimIDs.DEL:
+                continue
+            if position[id(c)] >= i:
+                return False  # read later, returned or saved for backward
+            # An earlier reader: a fresh op, or one the alias analysis classifies (a view, a
+            # barrier, a write), whose outputs are then members checked here too.
+            e = info.effects[position[id(c)]]
+            if not (_is_fresh(c) or e.aliases or e.writes or e.is_view or e.is_barrier):
+                return False
+    return True
 
 
 def reinplace(trace: TraceCtx) -> tuple[TraceCtx, list[BoundSymbol]]:
@@ -170,15 +246,26 @@ def reinplace(trace: TraceCtx) -> tuple[TraceCtx, list[BoundSymbol]]:
     position = {id(b): i for i, b in enumerate(bsyms)}
     cons = consumers(bsyms)
     prods = producers(bsyms)
+    info = storage_groups(bsyms, input_names(trace))
+    alias_outs = {o.name for e in info.effects for o, _ in e.aliases}
+    # Per storage group, its members that are no alias output: where its memory was allocated.
+    bases: dict[str, set[str]] = {}
+    for b in bsyms:
+        for o in b.flat_proxy_outs:
+            if isinstance(o, TensorProxy) and o.name not in alias_outs:
+                bases.setdefault(info.group_of(o), set()).add(o.name)
+    for n in info.inputs:
+        if n in info.groups:
+            bases.setdefault(info.group_of(n), set()).add(n)
     # Outputs of ops rewritten here: fresh in effect, since the buffer they reuse died there.
     rewritten_outs: set[str] = set()
     rewritten: list[BoundSymbol] = []
 
     for i, bsym in enumerate(bsyms):
         name = _torchex_name(bsym)
-        if name not in _OUT_ARG and name not in _INPLACE_FLAG or _is_inplace_form(bsym):
+        if name not in _OUT_ARG and name not in _INPLACE_FLAG or is_inplace_form(bsym):
             continue
-        outs = [o for o in bsym.flat_proxy_outs]
+        outs = list(bsym.flat_proxy_outs)
         if len(outs) != 1 or not isinstance(outs[0], TensorProxy):
             continue
         out = outs[0]
@@ -188,21 +275,12 @@ def reinplace(trace: TraceCtx) -> tuple[TraceCtx, list[BoundSymbol]]:
             producer = prods.get(buf, None)
             if producer is None or not (_is_fresh(producer) or buf.name in rewritten_outs):
                 continue
-            ok = True
-            for c in cons.get(buf, []):
-                if c is bsym or c.sym.id == prims.PrimIDs.DEL:
-                    continue
-                # Another reader: only a fresh op before this one, which keeps no alias of buf.
-                if position[id(c)] >= i or not _is_fresh(c):
-                    ok = False
-                    break
-            if not ok:
+            if not _dies_here(buf, bsym, i, info, bases, position, cons, rewritten_outs):
                 continue
             new = _inplace_form(bsym, buf)
-            if new is None:
+            if new is None or not _probe(new, buf, out):
                 continue
             bsyms[i] = new
-            position[id(new)] = i
             rewritten_outs.add(out.name)
             rewritten.append(new)
             break
