@@ -23,8 +23,12 @@ exists once: ``update_aliases`` (the torch executor runs it as ``lambda x: x``),
 presented to the estimate as the torch executor's ``shallow_copy`` of that argument, an
 identity at run time too, which the estimate already treats as sharing the argument's
 memory and reference count (``thunder_ext.reinplace.runtime_aliases`` says which outputs).
-This is applied to plain Thunder's traces and the transform's alike (plain Thunder's have
-``copy_``s and barriers too); every real allocation is still counted.  The last line names
+The same holds for two torch-executor views the estimate's alias list lacks, although it
+lists ``reshape``, ``expand`` and ``unsqueeze``: ``torch_slice_prim_impl`` (it runs
+``a[slices]``, basic slicing) and ``Tensor.__getitem__`` with a key of ints, slices, ``None``
+and ``...`` only (a tensor index copies, and is still counted).  These corrections are applied
+to plain Thunder's traces and the transform's alike (plain Thunder's have ``copy_``s, barriers
+and slices too); every real allocation is still counted.  The last line names
 every program above 1.
 """
 
@@ -88,6 +92,28 @@ def memory_set(size: int) -> list[tuple[str, object]]:
 REFUSED = "refused"
 
 
+def _basic_key(key) -> bool:
+    keys = key if isinstance(key, tuple) else (key,)
+    return all(k is None or k is Ellipsis or type(k) in (int, slice) for k in keys)
+
+
+def basic_view(bsym) -> list:
+    """[(output, base)] for a torch-executor slice that is a view at run time, else []."""
+    from thunder.core.proxies import TensorProxy
+    from thunder.executors.torchex import ex as torchex
+
+    if getattr(bsym.sym, "executor", None) is not torchex or not bsym.args:
+        return []
+    base, outs = bsym.args[0], bsym.flat_proxy_outs
+    if not isinstance(base, TensorProxy) or len(outs) != 1:
+        return []
+    if bsym.sym.name == "torch_slice_prim_impl" or (
+        bsym.sym.name == "__getitem__" and len(bsym.args) == 2 and _basic_key(bsym.args[1])
+    ):
+        return [(outs[0], base)]
+    return []
+
+
 def alias_aware(trace):
     """``trace`` with every output that is, at run time, one of its bsym's arguments shown to the
     estimate as an alias of it (see the module docstring); ``trace`` itself is not changed."""
@@ -98,7 +124,7 @@ def alias_aware(trace):
 
     bsyms = []
     for bsym in trace.bound_symbols:
-        pairs = runtime_aliases(bsym)
+        pairs = runtime_aliases(bsym) or basic_view(bsym)
         if not pairs or len(pairs) != len(bsym.flat_proxy_outs):
             bsyms.append(bsym)
             continue
