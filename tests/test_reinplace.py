@@ -198,6 +198,18 @@ def test_pass_leaves_its_input_trace_untouched():
     assert again is after and rewritten == []
 
 
+def test_scatter_into_dying_buffer_needs_no_index():
+    """A write through a slice of a private buffer: the scatter writes into the buffer, as a slice
+    copy, and its ``arange`` index is gone."""
+    fn, args, state = POSITIVE["view_after_write"](False)()
+    jfn = compile_fn(fn, DATAFLOW)
+    execute(jfn, clone_args(args), state)
+    before, after = _pass_input_and_output(jfn)[0]
+    names = lambda t: [b.sym.name for b in t.bound_symbols]  # noqa: E731
+    assert "arange" in names(before) and "index_copy" in names(before)
+    assert "arange" not in names(after) and "index_copy" not in names(after) and "copy_" in names(after)
+
+
 # -- where the pass must not write ---------------------------------------------------------------
 
 

@@ -12,7 +12,10 @@ same torch-executor symbol bound in its in-place form, keeping ``out`` as the ou
 * ``torch.nn.functional.relu(buf, False)`` (and ``silu``, ``leaky_relu``, ``hardtanh``, ``elu``,
   ``relu6``) becomes the call with ``inplace=True``, which returns ``buf``;
 * an elementwise op with an ``out=`` argument (``torch.add``, ``torch.where``, ``torch.exp``,
-  ...) gets ``out=buf``, which also returns ``buf``.
+  ...) gets ``out=buf``, which also returns ``buf``;
+* then ``index_copy(buf, d, arange(a, b, c), src, out=buf)`` (functionalize's scatter through
+  a slice, now in place) becomes ``buf[..., a:b:c].copy_(src)`` and the ``arange`` goes, when
+  nothing else reads it (:func:`_index_copies_as_slice_copies`).
 
 :func:`runtime_aliases` says which outputs of a final-trace bsym are, at run time, the very
 same tensor object as one of its arguments (these forms, ``copy_`` and ``update_aliases``).
@@ -54,7 +57,7 @@ from thunder.core.dtypes import to_torch_dtype
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_map
 from thunder.core.symbol import BoundSymbol
-from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
+from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.core.utils import consumers, producers
 from thunder.executors.torchex import ex as torchex
 
@@ -288,7 +291,87 @@ def reinplace(trace: TraceCtx) -> tuple[TraceCtx, list[BoundSymbol]]:
     if not rewritten:
         return trace, []
     new_trace = from_trace(trace)
+    bsyms = _index_copies_as_slice_copies(bsyms, new_trace)
     new_trace.bound_symbols = bsyms
     elapsed_ms = (time.perf_counter_ns() - start) / 1e6
     new_trace.set_provenance(TraceProvenance(f"thunder_ext reinplace ({len(rewritten)} ops, took {elapsed_ms:.2f} ms)"))
     return new_trace, rewritten
+
+
+def _arange_range(bsym: BoundSymbol | None) -> range | None:
+    """The values of a torch-executor ``arange`` with int start, end and step; else None."""
+    if bsym is None or _torchex_name(bsym) != "arange" or bsym.args:
+        return None
+    kw = bsym.kwargs
+    start, end, step = kw.get("start", 0), kw.get("end"), kw.get("step", 1)
+    if not all(type(v) is int for v in (start, end, step)) or step <= 0:
+        return None
+    return range(start, end, step)
+
+
+def _index_copies_as_slice_copies(bsyms: list[BoundSymbol], new_trace: TraceCtx) -> list[BoundSymbol]:
+    """``index_copy(buf, d, arange(a, b, c), src, out=buf)`` as ``buf[..., a:b:c, ...].copy_(src)``.
+
+    Functionalizing a write through a slice of a private buffer scatters with an ``arange``
+    index; once the scatter writes into the buffer in place, the index is the only extra
+    allocation left, and a slice copy needs none.  Only where the index is a fresh ``arange``
+    read by nothing else, of int64 values inside the dimension (``index_copy`` raises on an
+    index out of range where slicing would clamp), and ``src`` has the slice's shape.
+    """
+    from thunder.core import dtypes
+    from thunder.executors.torchex import copy_ as torch_copy_
+    from thunder.executors.torchex import getitem as torch_getitem
+    from thunder.executors.torchex import shallow_copy as torch_shallow_copy
+
+    cons = consumers(bsyms)
+    prods = producers(bsyms)
+    drop: set[int] = set()  # ids of bsyms to remove (the aranges)
+    replace: dict[int, list[BoundSymbol]] = {}
+    dropped_names: set[str] = set()
+    for b in bsyms:
+        if _torchex_name(b) != "index_copy" or not is_inplace_form(b) or len(b.args) != 4:
+            continue
+        buf, d, idx, src = b.args
+        out = b.flat_proxy_outs[0] if len(b.flat_proxy_outs) == 1 else None
+        if b.kwargs.get("out") is not buf or type(d) is not int or not isinstance(idx, TensorProxy) or out is None:
+            continue
+        if not isinstance(src, TensorProxy) or not 0 <= d < len(buf.shape):
+            continue
+        arange = prods.get(idx, None)
+        r = _arange_range(arange)
+        if r is None or idx.dtype != dtypes.int64 or len(r) == 0 or r[0] < 0 or r[-1] >= buf.shape[d]:
+            continue
+        if [c for c in cons.get(idx, []) if c.sym.id != prims.PrimIDs.DEL] != [b]:
+            continue
+        view_shape = tuple(len(r) if k == d else n for k, n in enumerate(buf.shape))
+        if tuple(src.shape) != view_shape or src.dtype != buf.dtype or src.device != buf.device:
+            continue
+        key = (slice(None),) * d + (slice(r.start, r.stop, r.step),)
+        with tracectx(new_trace):
+            view = TensorProxy(like=src)
+            copied = TensorProxy(like=src)
+        # out stays the name of the whole buffer: the torch executor's shallow_copy is an identity.
+        replace[id(b)] = [
+            torch_getitem.bind(buf, key, output=view),
+            torch_copy_.bind(src, view, grad_enabled=False, output=copied),
+            prims.python_del.bind(view, copied, output=None),
+            torch_shallow_copy.bind(buf, output=out),
+        ]
+        drop.add(id(arange))
+        dropped_names.add(idx.name)
+    if not replace:
+        return bsyms
+    result: list[BoundSymbol] = []
+    for b in bsyms:
+        if id(b) in drop:
+            continue
+        if id(b) in replace:
+            result.extend(replace[id(b)])
+            continue
+        if b.sym.id == prims.PrimIDs.DEL and any(p.name in dropped_names for p in b.flat_proxy_args):
+            kept = [p for p in b.flat_proxy_args if p.name not in dropped_names]
+            if kept:
+                result.append(prims.python_del.bind(*kept, output=None))
+            continue
+        result.append(b)
+    return result
