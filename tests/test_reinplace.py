@@ -210,6 +210,21 @@ def test_scatter_into_dying_buffer_needs_no_index():
     assert "arange" not in names(after) and "index_copy" not in names(after) and "copy_" in names(after)
 
 
+class _LaterHook(thunder.Transform):
+    """A transform after ours that may still rewrite the final trace."""
+
+    def transform_trace_post_optimization(self, computation_trace, **kwargs):
+        return computation_trace
+
+
+def test_no_reinplacing_when_a_later_transform_rewrites_final_traces():
+    fn, args, state = POSITIVE["pointwise_chain"](False)()
+    jfn = compile_fn(fn, DATAFLOW, transforms_extra=[_LaterHook()])
+    got = execute(jfn, clone_args(args), state)
+    assert got.error is None
+    assert not _reinplaced(_final_traces(jfn))
+
+
 # -- where the pass must not write ---------------------------------------------------------------
 
 

@@ -309,6 +309,31 @@ def _arange_range(bsym: BoundSymbol | None) -> range | None:
     return range(start, end, step)
 
 
+def _earlier_reads(names, i: int, cons, position: dict, info) -> list[TensorProxy] | None:
+    """One tensor output of every bsym before ``i`` that reads storage ``names`` (a view made of it
+    is no read, but its readers are); None where such a reader has no tensor output."""
+    out: list[TensorProxy] = []
+    seen: set[int] = set()
+    for n in names:
+        try:
+            readers = cons.get_by_name(n)
+        except KeyError:
+            continue
+        for c in readers:
+            k = position[id(c)]
+            if k >= i or id(c) in seen or c.sym.id == prims.PrimIDs.DEL:
+                continue
+            seen.add(id(c))
+            e = info.effects[k]
+            if e.is_view or e.is_barrier:
+                continue
+            outs = [o for o in c.flat_proxy_outs if isinstance(o, TensorProxy)]
+            if not outs:
+                return None
+            out.append(outs[0])
+    return out
+
+
 def _index_copies_as_slice_copies(bsyms: list[BoundSymbol], new_trace: TraceCtx) -> list[BoundSymbol]:
     """``index_copy(buf, d, arange(a, b, c), src, out=buf)`` as ``buf[..., a:b:c, ...].copy_(src)``.
 
@@ -321,14 +346,17 @@ def _index_copies_as_slice_copies(bsyms: list[BoundSymbol], new_trace: TraceCtx)
     from thunder.core import dtypes
     from thunder.executors.torchex import copy_ as torch_copy_
     from thunder.executors.torchex import getitem as torch_getitem
-    from thunder.executors.torchex import shallow_copy as torch_shallow_copy
+    from thunder.executors.torchex import update_aliases as torch_update_aliases
 
     cons = consumers(bsyms)
     prods = producers(bsyms)
+    info = storage_groups(bsyms)
+    members = info.groups.members()
+    position = {id(b): i for i, b in enumerate(bsyms)}
     drop: set[int] = set()  # ids of bsyms to remove (the aranges)
     replace: dict[int, list[BoundSymbol]] = {}
     dropped_names: set[str] = set()
-    for b in bsyms:
+    for i, b in enumerate(bsyms):
         if _torchex_name(b) != "index_copy" or not is_inplace_form(b) or len(b.args) != 4:
             continue
         buf, d, idx, src = b.args
@@ -346,16 +374,26 @@ def _index_copies_as_slice_copies(bsyms: list[BoundSymbol], new_trace: TraceCtx)
         view_shape = tuple(len(r) if k == d else n for k, n in enumerate(buf.shape))
         if tuple(src.shape) != view_shape or src.dtype != buf.dtype or src.device != buf.device:
             continue
+        # Earlier readers of the buffer's storage: the copy_ must depend on them by data edges
+        # (as every write does in this project's traces: thunder_ext.checker), through a barrier.
+        witnesses = _earlier_reads(members.get(info.group_of(buf), [buf.name]), i, cons, position, info)
+        if witnesses is None:
+            continue
         key = (slice(None),) * d + (slice(r.start, r.stop, r.step),)
         with tracectx(new_trace):
+            ordered = [TensorProxy(like=p) for p in (buf, *witnesses)]
             view = TensorProxy(like=src)
             copied = TensorProxy(like=src)
-        # out stays the name of the whole buffer: the torch executor's shallow_copy is an identity.
+            copied_out = TensorProxy(like=src)
+        # Barriers are identities at run time (the torch executor's update_aliases): ``out``
+        # stays the name of the whole buffer, and the write is ordered after every earlier read
+        # and before every later one by data edges.
         replace[id(b)] = [
-            torch_getitem.bind(buf, key, output=view),
+            torch_update_aliases.bind((buf, *witnesses), output=tuple(ordered)),
+            torch_getitem.bind(ordered[0], key, output=view),
             torch_copy_.bind(src, view, grad_enabled=False, output=copied),
-            prims.python_del.bind(view, copied, output=None),
-            torch_shallow_copy.bind(buf, output=out),
+            torch_update_aliases.bind((ordered[0], copied), output=(out, copied_out)),
+            prims.python_del.bind(*ordered, view, copied, copied_out, output=None),
         ]
         drop.add(id(arange))
         dropped_names.add(idx.name)

@@ -78,7 +78,18 @@ class InplaceBarrierTransform(thunder.Transform):
             cd = get_compile_data()
             aliased = reports_for(cd).aliased_inputs if cd is not None else ()
             assert_valid(computation_trace, stage="final trace", aliased_inputs=aliased)
-        # After the check: the ordering invariants are about the trace as fusion left it;
-        # re-inplacing only reuses buffers that nothing reads any more (thunder_ext.reinplace).
+        # Re-inplacing only reuses buffers that nothing reads any more (thunder_ext.reinplace), in
+        # program order: only where no later transform may still rewrite the final trace.
+        if not self._last_to_rewrite(get_compile_data()):
+            return computation_trace
         new, _ = reinplace(computation_trace)
         return new
+
+    def _last_to_rewrite(self, cd) -> bool:
+        """No transform after this one in the compilation has a post-optimization hook of its own."""
+        transforms = list(getattr(cd, "transforms", None) or ()) if cd is not None else None
+        if transforms is None or not any(t is self for t in transforms):
+            return False  # cannot tell: leave the trace as it is
+        after = transforms[next(k for k, t in enumerate(transforms) if t is self) + 1 :]
+        base = thunder.Transform.transform_trace_post_optimization
+        return all(type(t).transform_trace_post_optimization is base for t in after)
