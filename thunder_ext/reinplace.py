@@ -15,24 +15,32 @@ same torch-executor symbol bound in its in-place form, keeping ``out`` as the ou
   ...) gets ``out=buf``, which also returns ``buf``;
 * then ``index_copy(buf, d, arange(a, b, c), src, out=buf)`` (functionalize's scatter through
   a slice, now in place) becomes ``buf[..., a:b:c].copy_(src)`` and the ``arange`` goes, when
-  nothing else reads it (:func:`_index_copies_as_slice_copies`).
+  nothing else reads it (:func:`_index_copies_as_slice_copies`); ``update_aliases`` barriers
+  around that ``copy_`` order it after every earlier read of ``buf`` and before every later
+  one by data edges, so :func:`thunder_ext.verify` accepts the final trace.
+
+The ``out=`` and ``inplace=True`` forms are not writes to :mod:`thunder_ext.op_kinds` (nor to
+the checker): they are ordered by program order only, which is why the pass runs last.
 
 :func:`runtime_aliases` says which outputs of a final-trace bsym are, at run time, the very
 same tensor object as one of its arguments (these forms, ``copy_`` and ``update_aliases``).
 
 Invariants it relies on:
 
-* it runs on a final trace (after fusion, the forward/backward split and ``del`` insertion):
-  nothing reorders the trace afterwards, the trace runs under ``torch.no_grad``, and a
-  ``python_del`` only drops a name, so keeping ``out`` as a separate name that is the same
-  object as ``buf`` needs no change to the ``del``s;
+* it runs on a final trace (after fusion, the forward/backward split and ``del`` insertion),
+  and only where no later transform of the compilation has a post-optimization hook
+  (``InplaceBarrierTransform`` checks), so nothing reorders the trace afterwards; the trace
+  runs under ``torch.no_grad``; a ``python_del`` only drops a name, so keeping ``out`` as a
+  separate name that is the same object as ``buf`` needs no change to the ``del``s;
 * ``buf`` is *fresh private storage*: it is the output of a bsym in :data:`_FRESH` (a torch
   executor op that always returns a newly allocated tensor) or of an op this pass rewrote,
-  whose own buffer died there; so it is no trace input, no view of one, and no other name
-  shares its memory;
-* every other consumer of ``buf`` is a ``python_del`` or a :data:`_FRESH` op before the
-  rewritten one (it reads ``buf`` and makes no alias of it); nothing after the op reads it,
-  the return included, so it is neither returned nor saved for backward;
+  whose own buffer died there; so it is no trace input and no view of one;
+* ``buf``'s storage group (:mod:`thunder_ext.alias_analysis`: ``buf`` and the views and
+  barrier outputs made from it) has ``buf`` as its only base, and every reader of a member
+  other than the op itself comes before the op and is either a :data:`_FRESH` op (it makes no
+  alias) or one the alias analysis classifies (a view, a barrier, a write), whose outputs are
+  members checked in turn; nothing reads a member at or after the op, the return included,
+  so ``buf`` is neither returned nor saved for backward, and no view of it outlives the op;
 * ``buf`` has the output's shape, dtype and device, so the in-place result is the
   out-of-place result element for element (a full overlap of input and output, which every
   PyTorch elementwise kernel supports, unlike a partial one); no other argument of the op
