@@ -72,17 +72,17 @@ class InplaceBarrierTransform(thunder.Transform):
         return guard_substituted_aliases(prologue_trace, computation_trace), new, epilogue_trace
 
     def transform_trace_post_optimization(self, computation_trace: TraceCtx, **kwargs) -> TraceCtx:
+        cd = get_compile_data()
+        # Re-inplacing only reuses buffers that nothing reads any more (thunder_ext.reinplace), in
+        # program order: only where no later transform may still rewrite the final trace.
+        new = reinplace(computation_trace)[0] if self._last_to_rewrite(cd) else computation_trace
         if self.check:
             from thunder_ext.checker import assert_valid
 
-            cd = get_compile_data()
+            # The trace that runs (its slice copies carry their barriers; the out= forms are
+            # ordered by program order, which is final here).
             aliased = reports_for(cd).aliased_inputs if cd is not None else ()
-            assert_valid(computation_trace, stage="final trace", aliased_inputs=aliased)
-        # Re-inplacing only reuses buffers that nothing reads any more (thunder_ext.reinplace), in
-        # program order: only where no later transform may still rewrite the final trace.
-        if not self._last_to_rewrite(get_compile_data()):
-            return computation_trace
-        new, _ = reinplace(computation_trace)
+            assert_valid(new, stage="final trace", aliased_inputs=aliased)
         return new
 
     def _last_to_rewrite(self, cd) -> bool:
