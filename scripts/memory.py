@@ -9,10 +9,27 @@ over a large buffer; with inputs requiring grad, so a backward exists, and witho
 static estimate (``thunder.examine.memory_calculation.get_alloc_memory``) of the peak memory
 of the final forward and backward traces: ``thunder.jit``, ``fusion_type="dataflow"``,
 default executors.  ``ratio`` is transform / plain; ``-`` where a run made no trace (plain
-Thunder crashes on some gallery programs) or the estimate fails (a ``None`` cotangent).
-The estimate counts every ``copy_`` and ``update_aliases`` output as a new allocation,
-although both alias at run time; refused programs are listed with whatever trace the refused
-compilation left.  The last line names every program above 1.
+Thunder crashes on some gallery programs) or the estimate fails (a ``None`` cotangent);
+``refused`` where the transform refuses the program (its documented error): the trace such
+a compilation leaves behind is a partial one, whose estimate would mean nothing.
+
+What is measured, and the one correction made to Thunder's estimate: it counts every output
+of a bsym as a new allocation unless the bsym is one of its own alias ops (reshape,
+``shallow_copy``, ...).  Three kinds of bsym in final traces return, at run time, the very
+same tensor object as one of their arguments, so the estimate counts memory twice that
+exists once: ``update_aliases`` (the torch executor runs it as ``lambda x: x``), ``copy_``
+(it returns its destination) and the in-place forms that ``thunder_ext.reinplace`` emits
+(``inplace=True``, ``out=buf``: they return ``buf``).  Before estimating, each such output is
+presented to the estimate as the torch executor's ``shallow_copy`` of that argument, an
+identity at run time too, which the estimate already treats as sharing the argument's
+memory and reference count (``thunder_ext.reinplace.runtime_aliases`` says which outputs).
+The same holds for two torch-executor views the estimate's alias list lacks, although it
+lists ``reshape``, ``expand`` and ``unsqueeze``: ``torch_slice_prim_impl`` (it runs
+``a[slices]``, basic slicing) and ``Tensor.__getitem__`` with a key of ints, slices, ``None``
+and ``...`` only (a tensor index copies, and is still counted).  These corrections are applied
+to plain Thunder's traces and the transform's alike (plain Thunder's have ``copy_``s, barriers
+and slices too); every real allocation is still counted.  The last line names
+every program above 1.
 """
 
 from __future__ import annotations
@@ -67,38 +84,92 @@ def memory_set(size: int) -> list[tuple[str, object]]:
     return out
 
 
-def peaks(build, transform: bool) -> tuple[int | None, int | None]:
-    """(forward peak, backward peak or None) in bytes; (None, None) when the run made no trace."""
-    import thunder
+REFUSED = "refused"
+
+
+def _basic_key(key) -> bool:
+    keys = key if isinstance(key, tuple) else (key,)
+    return all(k is None or k is Ellipsis or type(k) in (int, slice) for k in keys)
+
+
+def basic_view(bsym) -> list:
+    """[(output, base)] for a torch-executor slice that is a view at run time, else []."""
+    from thunder.core.proxies import TensorProxy
+    from thunder.executors.torchex import ex as torchex
+
+    if getattr(bsym.sym, "executor", None) is not torchex or not bsym.args:
+        return []
+    base, outs = bsym.args[0], bsym.flat_proxy_outs
+    if not isinstance(base, TensorProxy) or len(outs) != 1:
+        return []
+    if bsym.sym.name == "torch_slice_prim_impl" or (
+        bsym.sym.name == "__getitem__" and len(bsym.args) == 2 and _basic_key(bsym.args[1])
+    ):
+        return [(outs[0], base)]
+    return []
+
+
+def alias_aware(trace):
+    """``trace`` with every output that is, at run time, one of its bsym's arguments shown to the
+    estimate as an alias of it (see the module docstring); ``trace`` itself is not changed."""
+    from thunder.core.trace import from_trace
+    from thunder.executors.torchex import shallow_copy
+
+    from thunder_ext.reinplace import runtime_aliases
+
+    bsyms = []
+    for bsym in trace.bound_symbols:
+        pairs = runtime_aliases(bsym) or basic_view(bsym)
+        if not pairs or len(pairs) != len(bsym.flat_proxy_outs):
+            bsyms.append(bsym)
+            continue
+        bsyms.extend(shallow_copy.bind(arg, output=out) for out, arg in pairs)
+    view = from_trace(trace)
+    view.bound_symbols = bsyms
+    return view
+
+
+def peak_of(trace) -> int | None:
+    """Thunder's peak estimate of ``trace``, run-time aliases counted once; None where it fails."""
     from thunder.examine.memory_calculation import get_alloc_memory
 
-    from thunder_ext.testing.compare import Config, compile_fn, execute
+    try:
+        return get_alloc_memory(alias_aware(trace))[0]
+    except AttributeError:  # the estimate fails on a trace with a None argument (a None cotangent)
+        return None
+
+
+def peaks(build, transform: bool) -> tuple[int | str | None, int | str | None]:
+    """(forward peak, backward peak or None) in bytes; (None, None) when the run made no trace;
+    (REFUSED, REFUSED) when the transform refused the program."""
+    import thunder
+
+    from thunder_ext.testing.compare import Config, _is_refusal, compile_fn, execute
 
     torch.manual_seed(0)
     fn, args, state = build()
     cfg = Config(transform=transform, fusion_type="dataflow", executors="default", entry="jit", check=False)
     jfn = compile_fn(fn, cfg)
-    execute(jfn, args, state)
+    outcome = execute(jfn, args, state)
+    if outcome.error is not None and _is_refusal(outcome.error):
+        return REFUSED, REFUSED
     fw = thunder.last_traces(jfn)
     if not fw:
         return None, None
     bw = thunder.last_backward_traces(jfn)
-
-    def peak(trace) -> int | None:
-        try:
-            return get_alloc_memory(trace)[0]
-        except AttributeError:  # the estimate fails on a trace with a None argument (a None cotangent)
-            return None
-
-    return peak(fw[-1]), (peak(bw[-1]) if bw else None)
+    return peak_of(fw[-1]), (peak_of(bw[-1]) if bw else None)
 
 
-def _kib(x: int | None) -> str:
+def _kib(x: int | str | None) -> str:
+    if isinstance(x, str):
+        return x
     return "-" if x is None else f"{x / 2**10:.1f}"
 
 
-def _ratio(a: int | None, b: int | None) -> str:
-    if a is None or b is None or b == 0:
+def _ratio(a: int | str | None, b: int | str | None) -> str:
+    if a == REFUSED:
+        return REFUSED
+    if not isinstance(a, int) or not isinstance(b, int) or b == 0:
         return "-"
     return f"{a / b:.2f}"
 
@@ -125,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {_kib(pf)} | {_kib(tf)} | {_ratio(tf, pf)} | {_kib(pb)} | {_kib(tb)} | {_ratio(tb, pb)} |")
         sys.stdout.flush()
         for p, t in ((pf, tf), (pb, tb)):
-            if p is not None and t is not None and t > p:
+            if isinstance(p, int) and isinstance(t, int) and t > p:
                 worse.append(name)
     print()
     print(f"higher than plain: {', '.join(dict.fromkeys(worse)) if worse else 'none'}")

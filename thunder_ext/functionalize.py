@@ -301,7 +301,18 @@ class _Functionalizer:
         n = self.node[w.dst.name]
         self.report.rewritten.append(bsym)
         # The new value: the write's own computation, out of place, on current values.
-        if w.pre:
+        value = None
+        functional = self.functional_call(bsym, w)
+        if functional is not None:
+            # The op's out-of-place symbol rather than its decomposition: it keeps the op's own
+            # grad rule (silu's backward saves its input, not exp and reciprocal intermediates)
+            # and lets the torch executor claim it whole.
+            bsyms, result = self.record(functional)
+            if isinstance(result, TensorProxy) and _same_kind(result, w.out):
+                self.emit(bsyms, bsym)
+                value = result
+            # else not the value the write stores (a dtype the in-place op casts to): decompose.
+        if value is None and w.pre:
             swap = self.values_for(bsym, tensor_args(bsym))
             if w.out is not None:
                 swap[variableify(w.src)] = w.out
@@ -309,7 +320,7 @@ class _Functionalizer:
             self.emit([s.from_bsym_swap_proxies(swap) for s in w.pre], bsym)
             value = w.out if w.out is not None else w.src
             value = swap.get(variableify(value), value)
-        else:
+        elif value is None:
             value = w.src
             gs = self.info.group_of(w.src)
             if gs in self.groups:
@@ -323,6 +334,31 @@ class _Functionalizer:
             new_base = self.scatter(g, base, n, value, bsym)
             self.cur[g] = {_BASE: new_base, n: value}
             self.report.new_values.append((bsym, new_base))
+
+    def functional_call(self, bsym: BoundSymbol, w: _Write):
+        """For an ``ltorch`` in-place op with a registered out-of-place form (``relu_`` -> ``relu``,
+        ``silu(x, inplace=True)`` -> ``silu(x, inplace=False)``) writing its first argument, a
+        function calling that form on current values; else None (the decomposition is used)."""
+        entry = ltorch._inplace_to_out_of_place.get(bsym.sym) if w.pre else None
+        if entry is None or not bsym.args or not isinstance(bsym.args[0], TensorProxy):
+            return None
+        if bsym.args[0].name != w.dst.name or w.out is None:
+            return None
+        oop, index = entry
+        args, kwargs = list(bsym.args), dict(bsym.kwargs)
+        if index >= 0:
+            # The same symbol with its ``inplace`` flag (positional ``index``) turned off.
+            if len(args) > index:
+                if args[index] is not True:
+                    return None
+                args[index] = False
+            elif kwargs.get("inplace") is True:
+                kwargs["inplace"] = False
+            else:
+                return None
+        swap = self.values_for(bsym, tensor_args(bsym))
+        swapped = bsym.from_bsym(args=tuple(args), kwargs=kwargs).from_bsym_swap_proxies(swap, skip_output=True)
+        return lambda: oop(*swapped.args, **swapped.kwargs)
 
     def scatter(self, g: str, base: TensorProxy, n: tuple, value: TensorProxy, like: BoundSymbol) -> TensorProxy:
         """``base`` with the elements that node ``n``'s view selects replaced by ``value``, out of place."""
@@ -392,6 +428,10 @@ class _Functionalizer:
         if step <= 0 or start >= stop:
             return None
         return lambda: ltorch.index_copy(base, d, ltorch.arange(start, stop, step, device=base.device), value)
+
+
+def _same_kind(a: TensorProxy, b: TensorProxy) -> bool:
+    return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype and a.device == b.device
 
 
 def _flat(x):

@@ -12,7 +12,9 @@ It acts twice:
   values the backward reads (class 6).
 
 With ``check=True`` it verifies its own output and the final forward and backward traces
-with :func:`thunder_ext.checker.assert_valid`.
+with :func:`thunder_ext.checker.assert_valid`.  Last, on the final traces, it re-inplaces
+out-of-place elementwise ops whose private input buffer dies there
+(:mod:`thunder_ext.reinplace`), so functionalized writes cost no extra memory.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from thunder_ext.errors import InplaceOrderingError
 from thunder_ext.input_aliases import aliased_inputs, guard_substituted_aliases
 from thunder_ext.integration import install_barrier_stage, reports_for
 from thunder_ext.logs import log_refusal, log_report
+from thunder_ext.reinplace import reinplace
 from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients
 from thunder_ext.validation import require_bool
 
@@ -69,10 +72,24 @@ class InplaceBarrierTransform(thunder.Transform):
         return guard_substituted_aliases(prologue_trace, computation_trace), new, epilogue_trace
 
     def transform_trace_post_optimization(self, computation_trace: TraceCtx, **kwargs) -> TraceCtx:
+        cd = get_compile_data()
+        # Re-inplacing only reuses buffers that nothing reads any more (thunder_ext.reinplace), in
+        # program order: only where no later transform may still rewrite the final trace.
+        new = reinplace(computation_trace)[0] if self._last_to_rewrite(cd) else computation_trace
         if self.check:
             from thunder_ext.checker import assert_valid
 
-            cd = get_compile_data()
+            # The trace that runs (its slice copies carry their barriers; the out= forms are
+            # ordered by program order, which is final here).
             aliased = reports_for(cd).aliased_inputs if cd is not None else ()
-            assert_valid(computation_trace, stage="final trace", aliased_inputs=aliased)
-        return computation_trace
+            assert_valid(new, stage="final trace", aliased_inputs=aliased)
+        return new
+
+    def _last_to_rewrite(self, cd) -> bool:
+        """No transform after this one in the compilation has a post-optimization hook of its own."""
+        transforms = list(getattr(cd, "transforms", None) or ()) if cd is not None else None
+        if transforms is None or not any(t is self for t in transforms):
+            return False  # cannot tell: leave the trace as it is
+        after = transforms[next(k for k, t in enumerate(transforms) if t is self) + 1 :]
+        base = thunder.Transform.transform_trace_post_optimization
+        return all(type(t).transform_trace_post_optimization is base for t in after)

@@ -1,0 +1,423 @@
+"""Re-inplacing after fusion: an out-of-place elementwise op may write into a dying private buffer.
+
+Functionalization (:mod:`thunder_ext.functionalize`) rewrites writes to private storage out of
+place, which is what lets autodiff and the fusion passes see plain data flow.  Once the final
+trace exists nothing reorders it any more, so an out-of-place op whose input buffer dies at
+that op can write its result into that buffer instead of allocating a new one: the
+reinplacing that ExecuTorch's MLX reinplace pass and its in-place memory planner describe.
+
+:func:`reinplace` rewrites a top-level torch-executor op ``out = op(..., buf, ...)`` into the
+same torch-executor symbol bound in its in-place form, keeping ``out`` as the output name:
+
+* ``torch.nn.functional.relu(buf, False)`` (and ``silu``, ``leaky_relu``, ``hardtanh``, ``elu``,
+  ``relu6``) becomes the call with ``inplace=True``, which returns ``buf``;
+* an elementwise op with an ``out=`` argument (``torch.add``, ``torch.where``, ``torch.exp``,
+  ...) gets ``out=buf``, which also returns ``buf``;
+* then ``index_copy(buf, d, arange(a, b, c), src, out=buf)`` (functionalize's scatter through
+  a slice, now in place) becomes ``buf[..., a:b:c].copy_(src)`` and the ``arange`` goes, when
+  nothing else reads it (:func:`_index_copies_as_slice_copies`); ``update_aliases`` barriers
+  around that ``copy_`` order it after every earlier read of ``buf`` and before every later
+  one by data edges, so :func:`thunder_ext.verify` accepts the final trace.
+
+The ``out=`` and ``inplace=True`` forms are not writes to :mod:`thunder_ext.op_kinds` (nor to
+the checker): they are ordered by program order only, which is why the pass runs last.
+
+:func:`runtime_aliases` says which outputs of a final-trace bsym are, at run time, the very
+same tensor object as one of its arguments (these forms, ``copy_`` and ``update_aliases``).
+
+Invariants it relies on:
+
+* it runs on a final trace (after fusion, the forward/backward split and ``del`` insertion),
+  and only where no later transform of the compilation has a post-optimization hook
+  (``InplaceBarrierTransform`` checks), so nothing reorders the trace afterwards; the trace
+  runs under ``torch.no_grad``; a ``python_del`` only drops a name, so keeping ``out`` as a
+  separate name that is the same object as ``buf`` needs no change to the ``del``s;
+* ``buf`` is *fresh private storage*: it is the output of a bsym in :data:`_FRESH` (a torch
+  executor op that always returns a newly allocated tensor) or of an op this pass rewrote,
+  whose own buffer died there; so it is no trace input and no view of one;
+* ``buf``'s storage group (:mod:`thunder_ext.alias_analysis`: ``buf`` and the views and
+  barrier outputs made from it) has ``buf`` as its only base, and every reader of a member
+  other than the op itself comes before the op and is either a :data:`_FRESH` op (it makes no
+  alias) or one the alias analysis classifies (a view, a barrier, a write), whose outputs are
+  members checked in turn; nothing reads a member at or after the op, the return included,
+  so ``buf`` is neither returned nor saved for backward, and no view of it outlives the op;
+* ``buf`` has the output's shape, dtype and device, so the in-place result is the
+  out-of-place result element for element (a full overlap of input and output, which every
+  PyTorch elementwise kernel supports, unlike a partial one); no other argument of the op
+  shares memory with ``buf``; for ``index_copy`` (not elementwise) ``buf`` is its ``self``,
+  which its ``out`` kernel updates in place exactly as ``index_copy_`` does;
+* the in-place form is tried on meta tensors first (:func:`_probe`): an overload that does
+  not exist or a cast PyTorch refuses leaves the op as it is;
+* anything else, including bsyms inside fusion regions, is left as it is.
+
+The input trace is never mutated.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+
+import torch
+from thunder.core import prims
+from thunder.core.dtypes import to_torch_dtype
+from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_map
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
+from thunder.core.utils import consumers, producers
+from thunder.executors.torchex import ex as torchex
+
+from thunder_ext.alias_analysis import input_names, storage_groups
+
+# torch.nn.functional ops whose ``inplace=True`` form writes into their first argument.
+_INPLACE_FLAG: dict[str, Callable] = {
+    name: getattr(torch.nn.functional, name) for name in ("relu", "silu", "leaky_relu", "hardtanh", "elu", "relu6")
+}
+# Elementwise torch ops (module ``torch``) that accept ``out=``; a full overlap of ``out`` with
+# an input is how PyTorch's own in-place variants run these kernels.
+_OUT_ARG = frozenset(
+    {
+        "abs", "neg", "exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "sigmoid", "reciprocal",
+        "rsqrt", "sqrt", "erf", "add", "sub", "mul", "div", "where", "maximum", "minimum", "clamp",
+        "index_copy",
+    }
+)  # fmt: skip
+# Of those, the ones that are not elementwise: ``out`` may only be their ``self`` (first) argument,
+# which ``index_copy``'s out kernel then updates in place, as ``index_copy_`` does.
+_OUT_SELF_ONLY = frozenset({"index_copy"})
+# Torch executor ops whose output is always a new allocation and never an alias of an input
+# (in their out-of-place form): possible producers of a buffer, and harmless earlier readers.
+_FRESH = (
+    _OUT_ARG
+    | frozenset(_INPLACE_FLAG)
+    | frozenset({"linear", "matmul", "mm", "bmm", "conv1d", "conv2d", "conv3d", "convolution"})
+    | frozenset({"gt", "ge", "lt", "le", "eq", "ne", "sum", "amax", "amin", "mean", "cat"})
+    # The torch executor's setitem out of place: it clones its input first.
+    | frozenset({"copy_with_setitem_impl"})
+)
+
+
+def _torchex_name(bsym: BoundSymbol) -> str | None:
+    sym = bsym.sym
+    if getattr(sym, "executor", None) is not torchex:
+        return None
+    return sym.name
+
+
+def _inplace_flag_arguments(bsym: BoundSymbol) -> inspect.BoundArguments | None:
+    fn = _INPLACE_FLAG[bsym.sym.name]
+    try:
+        bound = inspect.signature(fn).bind(*bsym.args, **bsym.kwargs)
+    except TypeError:
+        return None
+    bound.apply_defaults()
+    return bound
+
+
+def is_inplace_form(bsym: BoundSymbol) -> bool:
+    """The bsym is a torch executor op bound in its in-place form (``inplace=True`` or ``out=``)."""
+    name = _torchex_name(bsym)
+    if name in _OUT_ARG and bsym.kwargs.get("out") is not None:
+        return True
+    if name in _INPLACE_FLAG:
+        bound = _inplace_flag_arguments(bsym)
+        return bound is None or bool(bound.arguments.get("inplace"))  # unreadable: assume it may write
+    return False
+
+
+def _is_fresh(bsym: BoundSymbol) -> bool:
+    return _torchex_name(bsym) in _FRESH and not is_inplace_form(bsym)
+
+
+def runtime_aliases(bsym: BoundSymbol) -> list[tuple[TensorProxy, TensorProxy]]:
+    """(output, argument) pairs of a final-trace bsym that are the same tensor object at run time.
+
+    ``update_aliases`` returns its arguments, ``copy_`` returns its destination, and the
+    in-place forms this pass emits return the buffer they write.
+    """
+    outs = [o for o in bsym.flat_proxy_outs if isinstance(o, TensorProxy)]
+    sym_id = bsym.sym.id
+    if sym_id in (prims.PrimIDs.UPDATE_ALIASES, "update_aliases"):
+        args = [a for a in bsym.flat_proxy_args if isinstance(a, TensorProxy)]
+        return list(zip(outs, args)) if len(outs) == len(args) else []
+    if sym_id in (prims.PrimIDs.COPY_, "copy_"):
+        dst = bsym.args[1] if len(bsym.args) > 1 else bsym.kwargs.get("copy_to")
+        return [(outs[0], dst)] if len(outs) == 1 and isinstance(dst, TensorProxy) else []
+    name = _torchex_name(bsym)
+    if len(outs) == 1 and name in _OUT_ARG and isinstance(bsym.kwargs.get("out"), TensorProxy):
+        return [(outs[0], bsym.kwargs["out"])]
+    if len(outs) == 1 and name in _INPLACE_FLAG and is_inplace_form(bsym) and isinstance(bsym.args[0], TensorProxy):
+        return [(outs[0], bsym.args[0])]
+    return []
+
+
+def _same_layout_class(a: TensorProxy, b: TensorProxy) -> bool:
+    return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype and a.device == b.device
+
+
+def _inplace_form(bsym: BoundSymbol, buf: TensorProxy) -> BoundSymbol | None:
+    """``bsym`` bound so that it writes its result into ``buf``; None when it cannot."""
+    name = bsym.sym.name
+    if name in _INPLACE_FLAG:
+        bound = _inplace_flag_arguments(bsym)
+        if bound is None or "inplace" not in bound.arguments or bound.args[0] is not buf:
+            return None
+        bound.arguments["inplace"] = True
+        # subsymbols=(): the out-of-place decomposition no longer describes what runs.
+        return bsym.from_bsym(args=tuple(bound.args), kwargs=dict(bound.kwargs), subsymbols=())
+    if "out" in bsym.kwargs:
+        return None
+    return bsym.from_bsym(kwargs={**bsym.kwargs, "out": buf}, subsymbols=())
+
+
+def _torch_callable(bsym: BoundSymbol) -> Callable | None:
+    module = getattr(bsym.sym, "module", None)
+    return getattr(module, bsym.sym.name, None) if module is not None else None
+
+
+def _probe(new: BoundSymbol, buf: TensorProxy, out: TensorProxy) -> bool:
+    """The in-place form runs and returns ``buf`` itself, tried on meta tensors.
+
+    Catches what the signature cannot tell: an overload without ``out=`` (``torch.where`` with
+    a scalar), or a result type that cannot be cast into ``buf``.
+    """
+    fn = _torch_callable(new)
+    if fn is None:
+        return False
+    metas: dict[str, torch.Tensor] = {}
+
+    def meta(x):
+        if isinstance(x, TensorProxy):
+            if x.name not in metas:
+                metas[x.name] = torch.empty(tuple(x.shape), dtype=to_torch_dtype(x.dtype), device="meta")
+            return metas[x.name]
+        return x
+
+    args, kwargs = tree_map(meta, (new.args, new.kwargs))
+    try:
+        with torch.no_grad():
+            result = fn(*args, **kwargs)
+    except Exception:  # no such overload, or a cast it refuses: leave the op as it is
+        return False
+    return result is metas[buf.name] and tuple(result.shape) == tuple(out.shape) and result.dtype == metas[buf.name].dtype
+
+
+def _candidates(bsym: BoundSymbol) -> list[TensorProxy]:
+    name = bsym.sym.name
+    if name in _INPLACE_FLAG or name in _OUT_SELF_ONLY:
+        return [bsym.args[0]] if bsym.args and isinstance(bsym.args[0], TensorProxy) else []
+    # Positional tensor arguments only: a tensor keyword (a weight, ``out``) is not the data.
+    seen: list[TensorProxy] = []
+    for a in bsym.args:
+        if isinstance(a, TensorProxy) and all(a is not s for s in seen):
+            seen.append(a)
+    return seen
+
+
+def _dies_here(
+    buf: TensorProxy, bsym: BoundSymbol, i: int, info, bases: dict, position: dict, cons, rewritten_outs: set[str]
+) -> bool:
+    """``buf`` is fresh private storage that nothing reads after bsym ``i`` (see the invariants)."""
+    group = info.group_of(buf)
+    members = info.groups.members().get(group, [buf.name]) if buf.name in info.groups else [buf.name]
+    # One base, buf itself; every other member is a view or barrier output of it.
+    if bases.get(group, {buf.name}) != {buf.name} or any(m in info.inputs for m in members):
+        return False
+    others = {m for m in members if m != buf.name}
+    if any(isinstance(a, TensorProxy) and a.name in others for a in bsym.flat_proxy_args):
+        return False  # a view of buf read by the op itself: a partial overlap
+    for m in members:
+        try:
+            readers = cons.get_by_name(m)  # ProxyDict.get takes a proxy, and answers [] for a name
+        except KeyError:
+            readers = []
+        for c in readers:
+            if c is bsym and m == buf.name or c.sym.id == prims.PrimIDs.DEL:
+                continue
+            if position[id(c)] >= i:
+                return False  # read later, returned or saved for backward
+            # An earlier reader: a fresh op, or one the alias analysis classifies (a view, a
+            # barrier, a write), whose outputs are then members checked here too.
+            e = info.effects[position[id(c)]]
+            if not (_is_fresh(c) or e.aliases or e.writes or e.is_view or e.is_barrier):
+                return False
+    return True
+
+
+def reinplace(trace: TraceCtx) -> tuple[TraceCtx, list[BoundSymbol]]:
+    """Rewrite unfused out-of-place elementwise ops on dying fresh private buffers in place.
+
+    Returns the new trace (the input trace itself when nothing changed) and the rewritten
+    bsyms as they are in the new trace.
+    """
+    start = time.perf_counter_ns()
+    bsyms = list(trace.bound_symbols)
+    position = {id(b): i for i, b in enumerate(bsyms)}
+    cons = consumers(bsyms)
+    prods = producers(bsyms)
+    info = storage_groups(bsyms, input_names(trace))
+    alias_outs = {o.name for e in info.effects for o, _ in e.aliases}
+    # Per storage group, its members that are no alias output: where its memory was allocated.
+    bases: dict[str, set[str]] = {}
+    for b in bsyms:
+        for o in b.flat_proxy_outs:
+            if isinstance(o, TensorProxy) and o.name not in alias_outs:
+                bases.setdefault(info.group_of(o), set()).add(o.name)
+    for n in info.inputs:
+        if n in info.groups:
+            bases.setdefault(info.group_of(n), set()).add(n)
+    # Outputs of ops rewritten here: fresh in effect, since the buffer they reuse died there.
+    rewritten_outs: set[str] = set()
+    rewritten: list[BoundSymbol] = []
+
+    for i, bsym in enumerate(bsyms):
+        name = _torchex_name(bsym)
+        if name not in _OUT_ARG and name not in _INPLACE_FLAG or is_inplace_form(bsym):
+            continue
+        outs = list(bsym.flat_proxy_outs)
+        if len(outs) != 1 or not isinstance(outs[0], TensorProxy):
+            continue
+        out = outs[0]
+        for buf in _candidates(bsym):
+            if not _same_layout_class(buf, out):
+                continue
+            producer = prods.get(buf, None)
+            if producer is None or not (_is_fresh(producer) or buf.name in rewritten_outs):
+                continue
+            if not _dies_here(buf, bsym, i, info, bases, position, cons, rewritten_outs):
+                continue
+            new = _inplace_form(bsym, buf)
+            if new is None or not _probe(new, buf, out):
+                continue
+            bsyms[i] = new
+            rewritten_outs.add(out.name)
+            rewritten.append(new)
+            break
+
+    if not rewritten:
+        return trace, []
+    new_trace = from_trace(trace)
+    bsyms = _index_copies_as_slice_copies(bsyms, new_trace)
+    new_trace.bound_symbols = bsyms
+    elapsed_ms = (time.perf_counter_ns() - start) / 1e6
+    new_trace.set_provenance(TraceProvenance(f"thunder_ext reinplace ({len(rewritten)} ops, took {elapsed_ms:.2f} ms)"))
+    return new_trace, rewritten
+
+
+def _arange_range(bsym: BoundSymbol | None) -> range | None:
+    """The values of a torch-executor ``arange`` with int start, end and step; else None."""
+    if bsym is None or _torchex_name(bsym) != "arange" or bsym.args:
+        return None
+    kw = bsym.kwargs
+    start, end, step = kw.get("start", 0), kw.get("end"), kw.get("step", 1)
+    if not all(type(v) is int for v in (start, end, step)) or step <= 0:
+        return None
+    return range(start, end, step)
+
+
+def _earlier_reads(names, i: int, cons, position: dict, info) -> list[TensorProxy] | None:
+    """One tensor output of every bsym before ``i`` that reads storage ``names`` (a view made of it
+    is no read, but its readers are); None where such a reader has no tensor output."""
+    out: list[TensorProxy] = []
+    seen: set[int] = set()
+    for n in names:
+        try:
+            readers = cons.get_by_name(n)
+        except KeyError:
+            continue
+        for c in readers:
+            k = position[id(c)]
+            if k >= i or id(c) in seen or c.sym.id == prims.PrimIDs.DEL:
+                continue
+            seen.add(id(c))
+            e = info.effects[k]
+            if e.is_view or e.is_barrier:
+                continue
+            outs = [o for o in c.flat_proxy_outs if isinstance(o, TensorProxy)]
+            if not outs:
+                return None
+            out.append(outs[0])
+    return out
+
+
+def _index_copies_as_slice_copies(bsyms: list[BoundSymbol], new_trace: TraceCtx) -> list[BoundSymbol]:
+    """``index_copy(buf, d, arange(a, b, c), src, out=buf)`` as ``buf[..., a:b:c, ...].copy_(src)``.
+
+    Functionalizing a write through a slice of a private buffer scatters with an ``arange``
+    index; once the scatter writes into the buffer in place, the index is the only extra
+    allocation left, and a slice copy needs none.  Only where the index is a fresh ``arange``
+    read by nothing else, of int64 values inside the dimension (``index_copy`` raises on an
+    index out of range where slicing would clamp), and ``src`` has the slice's shape.
+    """
+    from thunder.core import dtypes
+    from thunder.executors.torchex import copy_ as torch_copy_
+    from thunder.executors.torchex import getitem as torch_getitem
+    from thunder.executors.torchex import update_aliases as torch_update_aliases
+
+    cons = consumers(bsyms)
+    prods = producers(bsyms)
+    info = storage_groups(bsyms)
+    members = info.groups.members()
+    position = {id(b): i for i, b in enumerate(bsyms)}
+    drop: set[int] = set()  # ids of bsyms to remove (the aranges)
+    replace: dict[int, list[BoundSymbol]] = {}
+    dropped_names: set[str] = set()
+    for i, b in enumerate(bsyms):
+        if _torchex_name(b) != "index_copy" or not is_inplace_form(b) or len(b.args) != 4:
+            continue
+        buf, d, idx, src = b.args
+        out = b.flat_proxy_outs[0] if len(b.flat_proxy_outs) == 1 else None
+        if b.kwargs.get("out") is not buf or type(d) is not int or not isinstance(idx, TensorProxy) or out is None:
+            continue
+        if not isinstance(src, TensorProxy) or not 0 <= d < len(buf.shape):
+            continue
+        arange = prods.get(idx, None)
+        r = _arange_range(arange)
+        if r is None or idx.dtype != dtypes.int64 or len(r) == 0 or r[0] < 0 or r[-1] >= buf.shape[d]:
+            continue
+        if [c for c in cons.get(idx, []) if c.sym.id != prims.PrimIDs.DEL] != [b]:
+            continue
+        view_shape = tuple(len(r) if k == d else n for k, n in enumerate(buf.shape))
+        if tuple(src.shape) != view_shape or src.dtype != buf.dtype or src.device != buf.device:
+            continue
+        # Earlier readers of the buffer's storage: the copy_ must depend on them by data edges
+        # (as every write does in this project's traces: thunder_ext.checker), through a barrier.
+        witnesses = _earlier_reads(members.get(info.group_of(buf), [buf.name]), i, cons, position, info)
+        if witnesses is None:
+            continue
+        key = (slice(None),) * d + (slice(r.start, r.stop, r.step),)
+        with tracectx(new_trace):
+            ordered = [TensorProxy(like=p) for p in (buf, *witnesses)]
+            view = TensorProxy(like=src)
+            copied = TensorProxy(like=src)
+            copied_out = TensorProxy(like=src)
+        # Barriers are identities at run time (the torch executor's update_aliases): ``out``
+        # stays the name of the whole buffer, and the write is ordered after every earlier read
+        # and before every later one by data edges.
+        replace[id(b)] = [
+            torch_update_aliases.bind((buf, *witnesses), output=tuple(ordered)),
+            torch_getitem.bind(ordered[0], key, output=view),
+            torch_copy_.bind(src, view, grad_enabled=False, output=copied),
+            torch_update_aliases.bind((ordered[0], copied), output=(out, copied_out)),
+            prims.python_del.bind(*ordered, view, copied, copied_out, output=None),
+        ]
+        drop.add(id(arange))
+        dropped_names.add(idx.name)
+    if not replace:
+        return bsyms
+    result: list[BoundSymbol] = []
+    for b in bsyms:
+        if id(b) in drop:
+            continue
+        if id(b) in replace:
+            result.extend(replace[id(b)])
+            continue
+        if b.sym.id == prims.PrimIDs.DEL and any(p.name in dropped_names for p in b.flat_proxy_args):
+            kept = [p for p in b.flat_proxy_args if p.name not in dropped_names]
+            if kept:
+                result.append(prims.python_del.bind(*kept, output=None))
+            continue
+        result.append(b)
+    return result
