@@ -202,3 +202,22 @@ def test_cli_prints_no_upstream_noise():
     assert p.returncode == 0, p.stdout + p.stderr
     assert "transformer_engine" not in p.stderr and "CUDA_HOME" not in p.stderr, p.stderr
     assert "columns:" in p.stdout
+
+
+def _batch_norm_stats_then_add(x, rm, rv):
+    torch.nn.functional.batch_norm(x, rm, rv, training=True, momentum=0.1)
+    with torch.no_grad():
+        rv.mul_(0.9).add_(x.mean(0), alpha=0.1)
+    return x + 1
+
+
+def test_no_nvfuser_barrier_without_nvfuser_in_any_trace():
+    """On a CPU (no nvFuser registered) no trace, before autodiff included, carries nvFuser's barrier:
+    a write through a copy_'s output (`rv.mul_(0.9).add_`) is a write to a non-input name."""
+    from thunder.extend import get_default_executors
+
+    assert not any(ex.name == "nvfuser" for ex in get_default_executors())
+    jf = thunder.jit(_batch_norm_stats_then_add, transforms=[InplaceBarrierTransform()])
+    jf(torch.randn(4, 3), torch.zeros(3), torch.ones(3))
+    traces = thunder.last_traces(jf) + thunder_ext.fusion_stage_traces(jf)
+    assert traces and not [t for t in traces if "nvFuser: write" in str(t)]

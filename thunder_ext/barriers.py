@@ -636,8 +636,13 @@ def place_barriers(
     aliased_inputs: tuple[frozenset[str], ...] = (),
     functional: bool = True,
     dataflow: bool = False,
+    nvfuser_may_run: bool | None = None,
 ) -> tuple[TraceCtx, BarrierReport]:
     """The full pass, returning the new trace and a report of what it did.
+
+    ``nvfuser_may_run``: whether nvFuser is among the compilation's executors, so that a write
+    needs its destination to be a region input; None decides from ``executors`` (no executors:
+    assume it may).  The caller says so before autodiff, where no executors are passed.
 
     ``differentiable`` (used before autodiff) names tensors that carry gradients: a barrier
     never consumes one of them as a mere ordering witness, because autodiff would treat the
@@ -668,7 +673,7 @@ def place_barriers(
     gc.disable()
     try:
         return _place_barriers(
-            trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow
+            trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow, nvfuser_may_run
         )
     finally:
         if was_enabled:
@@ -695,7 +700,9 @@ class _FixedPoint:
             )
 
 
-def _place_barriers(trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow):
+def _place_barriers(
+    trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow, nvfuser_may_run
+):
     from thunder_ext.dead_writes import dead_inplace_ops, remove_bsyms
     from thunder_ext.functionalize import functionalize
 
@@ -724,7 +731,11 @@ def _place_barriers(trace, executors, comment, remat_guard, differentiable, func
         resolved_names=resolved,
         aliased_inputs=aliased_inputs,
         # Thunder registers nvFuser only where it can run (CUDA), so its absence is final.
-        nvfuser_may_run=executors is None or any(getattr(ex, "name", None) == "nvfuser" for ex in executors),
+        nvfuser_may_run=(
+            nvfuser_may_run
+            if nvfuser_may_run is not None
+            else executors is None or any(getattr(ex, "name", None) == "nvfuser" for ex in executors)
+        ),
         effects_cache=effects,
     )
 

@@ -49,9 +49,17 @@ class InplaceBarrierTransform(thunder.Transform):
         install_barrier_stage(check=self.check, comment=self.comment)
         aliased = aliased_inputs(computation_trace)
         diff = differentiable_names(computation_trace)
+        cd = get_compile_data()
+        # Thunder registers nvFuser only where it can run, so its absence from the list is final.
+        executors = getattr(cd, "executors_list", None) if cd is not None else None
+        nvfuser = None if executors is None else any(getattr(ex, "name", None) == "nvfuser" for ex in executors)
         try:
             new, report = place_barriers(
-                computation_trace, comment=self.comment, differentiable=frozenset(diff), aliased_inputs=aliased
+                computation_trace,
+                comment=self.comment,
+                differentiable=frozenset(diff),
+                aliased_inputs=aliased,
+                nvfuser_may_run=nvfuser,
             )
             if diff:
                 refuse_unsupported_gradients(computation_trace, new, report, diff)
@@ -65,7 +73,6 @@ class InplaceBarrierTransform(thunder.Transform):
             from thunder_ext.checker import assert_valid
 
             assert_valid(new, stage="before autodiff", aliased_inputs=aliased)
-        cd = get_compile_data()
         if cd is not None:
             reports = reports_for(cd)
             reports.before_autodiff, reports.aliased_inputs = report, aliased
