@@ -394,14 +394,25 @@ class _Placer:
         region there.
         """
         touched = sorted({self.info.group_of(p) for p in tensor_args(bsym)} & self.region_ends.keys())
-        for g in touched:
+        if not touched:
+            return
+        plan = _Plan()
+        for g in touched:  # one barrier ends the region for every group this bsym touches
             who, witness, why = self.region_ends.pop(g)
-            plan = _Plan(witnesses=[witness], reasons=[f"torch.compile: {describe(bsym)} {why} {describe(who)}"])
+            plan.witnesses.append(witness)
+            plan.reasons.append(f"torch.compile: {describe(bsym)} {why} {describe(who)}")
             for m in self.all_members().get(g, ()):
                 if m in self.defined and self.last_use.get(m, -1) >= i:
                     v = self.current(self.proxies[m])
                     plan.rename.setdefault(v.name, (v, None))
-            self.emit(plan, bsym, pin=True)
+        # Every other value still needed crosses the cut through this barrier too: a region
+        # after it then has no direct edge from one before it, so Thunder's rematerialization
+        # cannot recompute such a value there from an input the write has since changed.
+        for m, p in self.proxies.items():  # trace order: the barrier's text is stable
+            if m in self.defined and m not in self.inputs and self.last_use.get(m, -1) >= i:
+                v = self.current(p)
+                plan.rename.setdefault(v.name, (v, None))
+        self.emit(plan, bsym, pin=True)
 
     def note_copy_source(self, bsym: BoundSymbol, effect) -> None:
         """Remember where a region must end (see :meth:`split_after_copy_source`)."""

@@ -80,6 +80,17 @@ def flatten_with_regions(bsyms, region: BoundSymbol | None = None) -> list[tuple
     return out
 
 
+def _ancestry_of(proxies, producer: dict[str, int], anc: list[int], region_of_output: dict[str, int], region_anc: dict[int, int]) -> int:
+    a = 0
+    for p in proxies:
+        j = producer.get(p.name)
+        if j is not None:
+            a |= anc[j]
+        elif p.name in region_of_output:
+            a |= region_anc[region_of_output[p.name]]
+    return a
+
+
 def _returns_flat_args(ret: BoundSymbol) -> bool:
     arg = ret.args[0] if ret.args else None
     if isinstance(arg, tuple) and arg and isinstance(arg[0], dict):
@@ -119,9 +130,16 @@ def verify(trace: TraceCtx, *, aliased_inputs: Iterable[Iterable[str]] = ()) -> 
     bits: dict[int, int] = {}  # bsym index -> access bit
     last_write: dict[str, int] = {}  # group -> bsym index
     epoch: dict[str, list[int]] = {}  # group -> accesses since last write (incl. it)
+    region_in_anc: dict[int, int] = {}  # id(region) -> ancestry of everything it takes as input
     for i, (b, region) in enumerate(flat):
         scope = local.setdefault(id(region), {}) if region is not None else {}
         a = 0
+        if region is not None:
+            # A region is one call: it starts after all of its inputs exist, so every bsym in
+            # it (a rematerialized read too) runs after whatever produced any of them.
+            if id(region) not in region_in_anc:
+                region_in_anc[id(region)] = _ancestry_of(region.flat_proxy_args, producer, anc, region_of_output, region_anc)
+            a |= region_in_anc[id(region)]
         for p in b.flat_proxy_args:
             j = scope.get(p.name, producer.get(p.name))
             if j is not None:
