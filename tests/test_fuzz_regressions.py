@@ -554,3 +554,25 @@ def test_input_used_after_write_ends_region_torch_compile():
     again after a write into it in one graph.  With fused barriers the pass ends the region there."""
     assert_matches_eager(input_used_after_partial_write, lambda g: (_x(False), *_stats()),
                          grad_modes=(False,), configs=TORCH_COMPILE)
+
+
+def grad_value_copied_into_running_var(a, rm, rv):
+    t0 = F.batch_norm(a, rm, rv, training=True, momentum=0.1)
+    t1 = a.sum(0)
+    rv.copy_(t1)  # rv now carries a gradient: eager's batch_norm refuses it
+    t2 = F.batch_norm(t0, rm, rv, training=True, momentum=0.1)
+    return (rm, a, t1, t2)
+
+
+def running_mean_updated_under_no_grad(a, rm, rv):
+    with torch.no_grad():
+        rm.mul_(0.9).add_(a.mean(0), alpha=0.1)
+    return (F.batch_norm(a, rm, rv, training=True, momentum=0.1),)
+
+
+def test_running_stats_with_grad_refused_like_eager():
+    """Eager refuses batch_norm on running stats that carry a gradient; Thunder computed numbers.
+    The same update under no_grad carries none, and is compiled."""
+    cells = judge_function(grad_value_copied_into_running_var, lambda g: (_x(g) * 1, *_stats()), grad_modes=(True,)).cells
+    assert cells and all(c.status == "refused" and "RunningStatsGradError" in c.detail for c in cells), [str(c) for c in cells]
+    assert_matches_eager(running_mean_updated_under_no_grad, lambda g: (_x(g), *_stats()))

@@ -8,6 +8,7 @@ __all__ = [
     "CheckReport",
     "InplaceBarrierTransform",
     "GradInputWriteError",
+    "RunningStatsGradError",
     "InplaceOrderingError",
     "InputAliasError",
     "OverwriteGradientError",
@@ -46,6 +47,7 @@ _HOMES = {
     "save_trace_graph": "thunder_ext.graph",
     "trace_graph": "thunder_ext.graph",
     "GradInputWriteError": "thunder_ext.errors",
+    "RunningStatsGradError": "thunder_ext.errors",
     "InplaceOrderingError": "thunder_ext.errors",
     "InputAliasError": "thunder_ext.errors",
     "OverwriteGradientError": "thunder_ext.errors",
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
     from thunder_ext.doctor import CheckReport, check
     from thunder_ext.errors import (
         GradInputWriteError,
+        RunningStatsGradError,
         InplaceOrderingError,
         InputAliasError,
         OverwriteGradientError,

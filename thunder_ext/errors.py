@@ -44,6 +44,10 @@ class GradInputWriteError(InplaceOrderingError):
     """
 
 
+class RunningStatsGradError(InplaceOrderingError):
+    """Training-mode batch norm given running statistics that carry a gradient (eager refuses it)."""
+
+
 class PlacementDidNotConvergeError(RuntimeError):
     """Internal error: a fixed-point loop of the barrier pass ran more rounds than the trace has writes.
 

@@ -32,7 +32,13 @@ from thunder.core.trace import TraceCtx
 
 from thunder_ext.alias_analysis import input_names, storage_groups
 from thunder_ext.barriers import BarrierReport, strip_barriers
-from thunder_ext.errors import GradInputWriteError, OverwriteGradientError, SavedTensorMutationError, ViewGradientError
+from thunder_ext.errors import (
+    GradInputWriteError,
+    OverwriteGradientError,
+    RunningStatsGradError,
+    SavedTensorMutationError,
+    ViewGradientError,
+)
 from thunder_ext.op_kinds import effect_of, is_copy, is_return, tensor_args
 
 
@@ -42,6 +48,7 @@ def refuse_unsupported_gradients(before: TraceCtx, after: TraceCtx, report: Barr
     refuse_returned_input_with_new_history(after, diff)
     refuse_gradless_overwrite(before, diff)
     refuse_written_grad_inputs(before)
+    refuse_running_stats_with_grad(before, diff)
 
 
 def refuse_view_gradients(report: BarrierReport, diff: set[str]) -> None:
@@ -78,14 +85,23 @@ def differentiable_names(trace: TraceCtx) -> set[str]:
     if not names:
         return names
     for bsym in trace.bound_symbols:
-        # Factories shaped like their input (zeros_like, ...) carry no gradient.
-        if str(bsym.sym.id).endswith("_like"):
+        # Factories shaped like their input (zeros_like, ...) carry no gradient, and neither
+        # does an in-place op traced under no_grad (its copy_ says grad_enabled=False: by the
+        # time transforms run, Thunder has dropped the set_grad_enabled markers).
+        if str(bsym.sym.id).endswith("_like") or _copies_without_grad(bsym):
             continue
         if any(p.name in names for p in bsym.flat_proxy_args):
             names.update(
                 p.name for p in bsym.flat_proxy_outs if isinstance(p, TensorProxy) and dtypes.is_inexact_dtype(p.dtype)
             )
     return names
+
+
+def _copies_without_grad(bsym) -> bool:
+    return any(
+        (is_copy(sub) and sub.kwargs.get("grad_enabled") is False) or _copies_without_grad(sub)
+        for sub in bsym.subsymbols
+    )
 
 
 def refuse_returned_input_with_new_history(trace: TraceCtx, diff: set[str]) -> None:
@@ -134,6 +150,31 @@ def refuse_gradless_overwrite(trace: TraceCtx, diff: set[str]) -> None:
                 "of copying into one that requires grad",
                 bsym,
             )
+
+
+def refuse_running_stats_with_grad(trace: TraceCtx, diff: set[str]) -> None:
+    """Refuse training-mode ``batch_norm`` whose running mean or variance carries a gradient.
+
+    That happens once a differentiable value is copied into a running statistic
+    (``rm.copy_(x.sum(0))``).  Eager raises ("native_batch_norm is not differentiable with
+    respect to argument 'running_mean'"); Thunder would compute something, silently.
+    """
+    import thunder.torch as ltorch
+
+    for bsym in strip_barriers(trace.bound_symbols)[0]:
+        if bsym.sym.id != ltorch.batch_norm.id:
+            continue
+        args = list(bsym.args) + [None] * 8
+        stats = {"running_mean": bsym.kwargs.get("running_mean", args[1]), "running_var": bsym.kwargs.get("running_var", args[2])}
+        training = bsym.kwargs.get("training", args[5])
+        for which, p in stats.items():
+            if training and isinstance(p, TensorProxy) and p.name in diff:
+                raise RunningStatsGradError(
+                    f"`batch_norm` in training mode updates its {which} `{p.name}`, which carries a gradient "
+                    "(a differentiable value was written into it). Eager PyTorch refuses this too; write a "
+                    "detached value into running statistics (`.detach()`, or under `torch.no_grad()`)",
+                    bsym,
+                )
 
 
 def _returned_outputs(bsyms: Sequence[BoundSymbol]) -> list[TensorProxy]:
