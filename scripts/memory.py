@@ -43,25 +43,8 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 
 
-def relu_on_matmul(a, b):
-    y = a @ b
-    y.relu_()
-    return y
-
-
-def residual(x, w):
-    out = x @ w
-    out += x
-    return out
-
-
-def inplace_softmax(x):
-    y = x * 1
-    y.sub_(y.amax(-1, keepdim=True))
-    y.exp_()
-    y.div_(y.sum(-1, keepdim=True))
-    return y
-
+# The memory set's programs live in the gallery, with the tests that reinplace them.
+from thunder_ext.testing.gallery import inplace_softmax, relu_on_matmul, residual  # noqa: E402
 
 # The gallery's in-place loop (20 writes, each read), here on the memory set's large input.
 from thunder_ext.testing.gallery import loop_inplace as loop_large  # noqa: E402

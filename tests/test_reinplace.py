@@ -24,6 +24,7 @@ from torch.utils._pytree import tree_flatten
 
 from thunder_ext.reinplace import is_inplace_form, reinplace
 from thunder_ext.testing.compare import Config, clone_args, compile_fn, differential, execute
+from thunder_ext.testing.gallery import relu_on_matmul, residual
 from thunder_ext.testing.gallery import by_name
 
 DATAFLOW = Config(transform=True, fusion_type="dataflow", executors="default", entry="jit", check=True)
@@ -34,18 +35,6 @@ def _t(*shape, grad=False):
 
 
 # -- programs that get reinplaced ops -------------------------------------------------------------
-
-
-def relu_on_matmul(a, b):
-    y = a @ b
-    y.relu_()
-    return y
-
-
-def residual(x, w):
-    out = x @ w
-    out += x
-    return out
 
 
 def activation_chain(x, w1, w2, w3):

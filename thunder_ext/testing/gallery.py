@@ -386,6 +386,29 @@ PROGRAMS: tuple[Program, ...] = (
 )
 
 
+# -- the memory set (scripts/memory.py, tests/test_reinplace.py): in-place ops on intermediates --
+
+
+def relu_on_matmul(a, b):
+    y = a @ b
+    y.relu_()
+    return y
+
+
+def residual(x, w):
+    out = x @ w
+    out += x
+    return out
+
+
+def inplace_softmax(x):
+    y = x * 1
+    y.sub_(y.amax(-1, keepdim=True))
+    y.exp_()
+    y.div_(y.sum(-1, keepdim=True))
+    return y
+
+
 def reference_outcome(prog: Program, build: Callable | None = None):
     """For a program eager refuses (stricter version counter), its mutation-free reference run on
     the inputs ``build`` (default ``prog.build``) makes, seeded as ``differential`` seeds them."""
