@@ -178,17 +178,18 @@ class _Functionalizer:
                 w = _write_form(bsym)
                 g = info.group_of(effect.writes[0])
                 if w is None or len(effect.writes) != 1 or w.dst.name not in self.node:
-                    # Every group it writes keeps this write, so none of them can go functional.
+                    # Every group it writes keeps this write, so none of them can go functional;
+                    # what else it makes is new storage all the same (batch_norm's output, next
+                    # to its running-stat writes), so its outputs are still registered below.
                     bad.update(info.group_of(x) for x in effect.writes)
-                    continue
-                if not self.writable(self.node[w.dst.name]):
+                elif not self.writable(self.node[w.dst.name]):
                     bad.add(g)
-                    continue
-                self.writes[i] = w
-                if w.out is not None:
-                    self.node[w.out.name] = self.node[w.dst.name]
-                if w.src.name in info.groups:  # a top-level proxy, not one made inside the composite
-                    src_groups.setdefault(g, set()).add(info.group_of(w.src))
+                else:
+                    self.writes[i] = w
+                    if w.out is not None:
+                        self.node[w.out.name] = self.node[w.dst.name]
+                    if w.src.name in info.groups:  # a top-level proxy, not one made inside the composite
+                        src_groups.setdefault(g, set()).add(info.group_of(w.src))
             elif effect.aliases:
                 form = _view_form(bsym, effect)
                 arg = tensor_args(bsym)[0] if tensor_args(bsym) else None
