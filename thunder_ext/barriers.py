@@ -258,6 +258,7 @@ class _Placer:
         self.region_ends: dict[str, tuple[BoundSymbol, TensorProxy, str]] = {}
         self._all_members: dict[str, list[str]] | None = None
         self._input_groups: set[str] | None = None
+        self.routed: set[str] = set()  # names a region end renamed (their versions cross the cut)
         self.anc: dict[str, int] = {}
         self.nbits = 0
         self.last_write: dict[str, _LastWrite] = {}
@@ -372,8 +373,9 @@ class _Placer:
                 self.pending_remat[g] = self.last_write[g]
 
     def split_after_copy_source(self, i: int, bsym: BoundSymbol) -> None:
-        """After a ``copy_`` out of a group, or a write into an input, the group's next use goes
-        to a new fusion region (torch.compile).
+        """After a ``copy_`` out of a group, the group's next use goes to a new fusion region
+        (torch.compile); after a write into an input, the next use of any input it read or wrote
+        does.
 
         Inductor gets some in-place programs wrong inside one ``torch_compile_ex`` region,
         although data edges order everything:
@@ -381,13 +383,14 @@ class _Placer:
         * the source of an earlier ``copy_`` used again: ``rm.copy_(rv); rv.mul_(rm)`` leaves
           ``rm`` with the new ``rv``; ``t = batch_norm(a, ...); a.copy_(t); u = t * 3; return
           t.mean(1), u`` returns a wrong mean;
-        * an input used again after a write into it: ``a[0] = -0.5; s = a.sum(0); rv.add_(s);
-          a.tanh_(); rv.tanh_()`` leaves a wrong ``rv``, and ``t = batch_norm(b, rm, rv, ...);
-          t[1:] = rv`` a wrong ``t``, ``rm`` and ``rv``, under plain ``torch.compile`` too (torch
-          2.11; upstream pytorch/pytorch#198270 is one of this family).  Dynamo turns a write
-          into an input into a functional value plus a copy back at the end of the graph, and
-          Inductor's reinplacing and scheduling of those copies is where these go wrong; an
-          input whose write is its last access in the region is the case it gets right.
+        * an input used after a write into an input: ``a[0] = -0.5; s = a.sum(0); rv.add_(s);
+          a.tanh_(); rv.tanh_()`` leaves a wrong ``rv``, ``t = batch_norm(b, rm, rv, ...);
+          t[1:] = rv`` a wrong ``t``, ``rm`` and ``rv``, and ``a[0] = rm; rm.mul_(0.9)`` a wrong
+          ``rm``, under plain ``torch.compile`` too (torch 2.11; upstream pytorch/pytorch#198270
+          is one of this family).  Dynamo turns a write into an input into a functional value
+          plus a copy back at the end of the graph, and Inductor's reinplacing and scheduling
+          of those copies is where these go wrong; a region in which no input is used after a
+          write that touched it is the case it gets right.
 
         Only when barriers are fused is a region that large possible; then one unfused barrier
         over the write's output, through which every later use of the storage goes, ends the
@@ -397,14 +400,16 @@ class _Placer:
         if not touched:
             return
         plan = _Plan()
-        for g in touched:  # one barrier ends the region for every group this bsym touches
-            who, witness, why = self.region_ends.pop(g)
-            plan.witnesses.append(witness)
-            plan.reasons.append(f"torch.compile: {describe(bsym)} {why} {describe(who)}")
+        for g in touched:
             for m in self.all_members().get(g, ()):
                 if m in self.defined and self.last_use.get(m, -1) >= i:
                     v = self.current(self.proxies[m])
                     plan.rename.setdefault(v.name, (v, None))
+        # One barrier ends the region for everything pending: after it a new region starts.
+        for who, witness, why in {(id(w), why): (w, o, why) for w, o, why in self.region_ends.values()}.values():
+            plan.witnesses.append(witness)
+            plan.reasons.append(f"torch.compile: {describe(bsym)} {why} {describe(who)}")
+        self.region_ends.clear()
         # Every other value still needed crosses the cut through this barrier too: a region
         # after it then has no direct edge from one before it, so Thunder's rematerialization
         # cannot recompute such a value there from an input the write has since changed.
@@ -412,6 +417,13 @@ class _Placer:
             if m in self.defined and m not in self.inputs and self.last_use.get(m, -1) >= i:
                 v = self.current(p)
                 plan.rename.setdefault(v.name, (v, None))
+        # So do the witnesses of accesses a later barrier may still have to order.
+        for accesses in self.epoch.values():
+            for _, wit, _ in accesses:
+                if wit is not None and wit.name not in self.inputs:
+                    v = self.current(wit)
+                    plan.rename.setdefault(v.name, (v, None))
+        self.routed.update(plan.rename)
         self.emit(plan, bsym, pin=True)
 
     def note_copy_source(self, bsym: BoundSymbol, effect) -> None:
@@ -427,10 +439,11 @@ class _Placer:
                 g = self.info.group_of(p)
                 if g not in dests and not any(p is w for w in effect.writes):
                     self.region_ends[g] = (bsym, outs[0], "uses the source of")
-        for w in effect.writes:
-            g = self.info.group_of(w)
-            if g in self.input_groups():
-                self.region_ends[g] = (bsym, outs[0], "uses an input written by")
+        if any(self.info.group_of(w) in self.input_groups() for w in effect.writes):
+            # The inputs it reads too, not only the one it writes: `a[0] = rm; rm.mul_(0.9)` in
+            # one region leaves a wrong `rm`.
+            for g in {self.info.group_of(p) for p in tensor_args(bsym)} & self.input_groups():
+                self.region_ends.setdefault(g, (bsym, outs[0], "uses an input after the write"))
 
     def input_groups(self) -> set[str]:
         """The storage groups of the trace's inputs (what the caller can observe)."""
@@ -594,8 +607,11 @@ class _Placer:
         return witness.name in self.differentiable and self.info.group_of(witness) not in self.mutated
 
     def emit(self, plan: _Plan, before: BoundSymbol, *, pin: bool = False) -> None:
-        kept = [w for w in plan.witnesses if not self.dropped(w)]
-        self.report.dropped_witnesses += len(plan.witnesses) - len(kept)
+        # A witness a region end has routed is read through its new name, or the barrier would
+        # bring a direct edge across the cut (see split_after_copy_source).
+        witnesses = [self.current(w) if w.name in self.routed else w for w in plan.witnesses]
+        kept = [w for w in witnesses if not self.dropped(w)]
+        self.report.dropped_witnesses += len(witnesses) - len(kept)
         if not plan.rename and not kept:
             return
         symbol = self.options.symbols.pin if pin else self.options.symbols.ordering
