@@ -589,3 +589,17 @@ def test_write_to_output_of_an_op_that_writes_elsewhere_is_private():
     that output are made functional (they kept their copy_, and Thunder's backward of sin_
     then read the overwritten value: a silently wrong gradient, plain Thunder's too)."""
     assert_matches_eager(sin_on_batch_norm_output, lambda g: (_x(g), *_stats()))
+
+
+def copy_over_intermediate_returned_with_its_source(a):
+    t0 = a.tanh()
+    t1 = t0 * 2.0
+    t1[0] = 0.5
+    t1.copy_(t0)
+    return (t0, t1, a)
+
+
+def test_functional_copy_is_a_new_tensor():
+    """The functional value of `t1.copy_(t0)` was `t0` itself; returning both returned one proxy
+    twice, and Thunder's autodiff dropped one cotangent (silently wrong gradient)."""
+    assert_matches_eager(copy_over_intermediate_returned_with_its_source, lambda g: (_x(g),))

@@ -326,6 +326,13 @@ class _Functionalizer:
             gs = self.info.group_of(w.src)
             if gs in self.groups:
                 value = self.value(gs, self.node[w.src.name], bsym)
+            if n == _BASE:
+                # A whole-tensor copy's value is its source; a fresh tensor keeps the two names
+                # apart, or a function returning both returns one proxy twice, and Thunder's
+                # autodiff keeps only one of their cotangents (`t1.copy_(t0); return t0, t1`).
+                source = value
+                bsyms, value = self.record(lambda: ltorch.clone(source))
+                self.emit(bsyms, bsym)
         if n == _BASE:
             self.cur[g] = {_BASE: value}
             if w.pre:
