@@ -112,15 +112,20 @@ def _backend_available() -> bool:
     return (major, minor) >= (70, 1) or importlib.util.find_spec("wheel") is not None
 
 
+# Everything pyproject.toml builds the wheel from (package dirs and the readme it names).
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "thunder_ext", "transforms")
+
+
 def build_wheel(tmp: Path) -> Path:
+    # Copy only what the wheel is built from: the checkout also holds ignored virtual
+    # environments (.venv-main, several GB, once filled CI's disk through this copy).
     src = tmp / "src"
-    shutil.copytree(
-        ROOT,
-        src,
-        ignore=shutil.ignore_patterns(
-            ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis"
-        ),
-    )
+    src.mkdir()
+    for name in WHEEL_SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / name, src / name)
     dist = tmp / "dist"
     cmd = [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist)]
     if _backend_available():
