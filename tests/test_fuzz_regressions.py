@@ -603,3 +603,71 @@ def test_functional_copy_is_a_new_tensor():
     """The functional value of `t1.copy_(t0)` was `t0` itself; returning both returned one proxy
     twice, and Thunder's autodiff dropped one cotangent (silently wrong gradient)."""
     assert_matches_eager(copy_over_intermediate_returned_with_its_source, lambda g: (_x(g),))
+
+
+# -- soak findings (H100 soak, seeds 1000-3010), open at stop 12 ---------------------------------
+
+
+def batch_norm_output_unused_after_write(a, b, rm, rv):
+    rm.exp_()
+    t0 = a.sin()
+    b.sin_()
+    t1 = a.sigmoid()
+    t2 = rm.sin()
+    t3 = F.batch_norm(b, rm, rv, training=True, momentum=0.1)  # t3 is never used
+    return (t1,)
+
+
+def test_dead_value_is_not_recomputed_through_a_write_torch_compile():
+    """Stripping Thunder's barrier left batch_norm's unused output in the trace.  Rematerialization
+    recomputes every input of a consumer region that its min cut does not supply, a dead one
+    included, and reached back through `b.sin_()`: torch_compile_ex ran the write twice.  The pass
+    now removes dead values (Thunder's dce) before placing barriers."""
+    assert_matches_eager(batch_norm_output_unused_after_write, lambda g: (_x(g), _x(False), *_stats()),
+                         grad_modes=(True,), configs=TORCH_COMPILE)
+
+
+def stats_of_input_then_written_twice(a, b, c, rm, rv):
+    rm[1:] = 2.0
+    t0 = F.batch_norm(c, rm, rv, training=True, momentum=0.1)
+    t1 = b * -0.5
+    rm[1:] = -0.5
+    c.tanh_()
+    t3 = a.mean(0)[::2]
+    c.sin_()
+    return (t3, t1)
+
+
+def test_rematerialized_leftover_read_is_no_hazard_torch_compile():
+    """Rematerialization moved `tanh(c)` into the region that writes `c` and left the producer
+    region's copy unused; the checker counted that dead copy as a read of `c` after the barrier
+    (a false WAR).  It now ignores the subsymbols of a region whose result nothing uses."""
+    assert_matches_eager(stats_of_input_then_written_twice,
+                         lambda g: (_x(False), _x(g), _x(g) * 1, *_stats()),
+                         grad_modes=(True,), configs=TORCH_COMPILE)
+
+
+def three_batch_norms_and_a_residual_write(a, b, c, rm, rv):
+    a.sin_()
+    rv.sin_()
+    t0 = F.batch_norm(c, rm, rv, training=True, momentum=0.1)
+    a.cos_()
+    t1 = b * -0.5
+    t2 = F.batch_norm(t0, rm, rv, training=True, momentum=0.1)
+    with torch.no_grad():
+        rm.mul_(0.9).add_(t1.mean(0), alpha=0.1)
+    t3 = F.batch_norm(c, rm, rv, training=True, momentum=0.1)
+    c.add_(t2)
+    return (t3, t1)
+
+
+def test_late_barrier_hides_partitioner_cycle_torch_compile_dataflow():
+    """With barriers bound unfused (a backward), Thunder's dataflow partitioner still merged a
+    cycle: the barrier before `c.add_` stood late in the trace, past where its cycle search
+    stops, and a merged region reached through it held early bsyms ("Trace has no return").
+    Where the partitioner would drop bsyms, the pass moves barriers up to their inputs, and
+    compiles it (plain Thunder does: a refusal would be a regression)."""
+    cells = judge_function(three_batch_norms_and_a_residual_write,
+                           lambda g: (_x(False), _x(g), _x(False), *_stats()),
+                           grad_modes=(True,), configs=TORCH_COMPILE).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), [str(c) for c in cells]

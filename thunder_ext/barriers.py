@@ -54,7 +54,7 @@ from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import AliasInfo, StorageGroups, accessed_groups, input_names, storage_groups
-from thunder_ext.errors import PlacementDidNotConvergeError, UnorderableAccessError
+from thunder_ext.errors import PartitionerWouldDropError, PlacementDidNotConvergeError, UnorderableAccessError
 from thunder_ext.op_kinds import (
     describe,
     effect_of,
@@ -66,7 +66,14 @@ from thunder_ext.op_kinds import (
     tensor_outs,
     view_kind,
 )
-from thunder_ext.remat_guard import BarrierSymbols, barrier_symbols, partition_keeps_every_bsym, unguarded_writes
+from thunder_ext.remat_guard import (
+    BarrierSymbols,
+    barrier_symbols,
+    hoist_barriers,
+    partition_keeps_every_bsym,
+    partitioning_fusers,
+    unguarded_writes,
+)
 
 BARRIER_TAG = "thunder_ext"
 
@@ -258,7 +265,7 @@ class _Placer:
         self.region_ends: dict[str, tuple[BoundSymbol, TensorProxy, str]] = {}
         self._all_members: dict[str, list[str]] | None = None
         self._input_groups: set[str] | None = None
-        self.routed: set[str] = set()  # names a region end renamed (their versions cross the cut)
+        self.routed: set[str] = set()  # names (any version) whose value a region end routed across the cut
         self.anc: dict[str, int] = {}
         self.nbits = 0
         self.last_write: dict[str, _LastWrite] = {}
@@ -405,6 +412,7 @@ class _Placer:
                 if m in self.defined and self.last_use.get(m, -1) >= i:
                     v = self.current(self.proxies[m])
                     plan.rename.setdefault(v.name, (v, None))
+                    self.routed.add(m)
         # One barrier ends the region for everything pending: after it a new region starts.
         for who, witness, why in {(id(w), why): (w, o, why) for w, o, why in self.region_ends.values()}.values():
             plan.witnesses.append(witness)
@@ -417,12 +425,16 @@ class _Placer:
             if m in self.defined and m not in self.inputs and self.last_use.get(m, -1) >= i:
                 v = self.current(p)
                 plan.rename.setdefault(v.name, (v, None))
+                self.routed.add(m)
         # So do the witnesses of accesses a later barrier may still have to order.
         for accesses in self.epoch.values():
             for _, wit, _ in accesses:
                 if wit is not None and wit.name not in self.inputs:
                     v = self.current(wit)
                     plan.rename.setdefault(v.name, (v, None))
+                    self.routed.add(wit.name)
+        # By the names they are recorded under too: a witness may be an older name of a
+        # version an earlier region end already renamed.
         self.routed.update(plan.rename)
         self.emit(plan, bsym, pin=True)
 
@@ -730,12 +742,14 @@ class _FixedPoint:
 def _place_barriers(
     trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow, nvfuser_may_run
 ):
-    from thunder_ext.dead_writes import dead_inplace_ops, remove_bsyms
+    from thunder_ext.dead_writes import dead_inplace_ops, has_dead_values, remove_bsyms
     from thunder_ext.functionalize import functionalize
 
     start = time.perf_counter()
     stripped, previous, resolved = strip_barriers(trace.bound_symbols)
     nstripped = sum(len(v) for v in previous.values())
+    if has_dead_values(stripped):
+        stripped = remove_bsyms(trace, stripped, set())  # e.g. what only a stripped barrier read
     new_trace = from_trace(trace)
     effects: dict = {}  # the effects of bsyms analysed more than once (see storage_groups)
     functionalized: list[BoundSymbol] = []
@@ -800,13 +814,27 @@ def _place_barriers(
         return placer, out
 
     placer, out = guarded(placer, out)
-    fuser = options.symbols.fuser
-    if fuser is not None and dataflow and not partition_keeps_every_bsym(trace, out, fuser):
-        # Thunder's partitioner would drop bsyms (remat_guard's docstring): bind every barrier
-        # unfused, which leaves it fewer merges, under that rule's remat guard.
-        pin = options.symbols.pin
-        options = replace(options, symbols=BarrierSymbols(pin, pin))
-        placer, out = guarded(*place(stripped))
+    fusers = partitioning_fusers(executors, out) if dataflow and placer.report.barriers else []
+
+    def partitioned(bsyms: list[BoundSymbol]) -> bool:
+        return all(partition_keeps_every_bsym(trace, bsyms, f) for f in fusers)
+
+    if fusers and not partitioned(out):
+        # Thunder's partitioner would drop bsyms (remat_guard's docstring).  First bind every
+        # barrier unfused, which leaves it fewer merges, under that rule's remat guard; then
+        # move barriers up to their inputs, where its cycle search sees past them.
+        if options.symbols.fuser is not None:
+            pin = options.symbols.pin
+            options = replace(options, symbols=BarrierSymbols(pin, pin))
+            placer, out = guarded(*place(stripped))
+        if not partitioned(out):
+            out = hoist_barriers(out)
+            if not partitioned(out):
+                raise PartitionerWouldDropError(
+                    "Thunder's dataflow partitioner would drop bound symbols of this trace (a cycle its "
+                    "search misses; docs/design.md); compile with fusion_type='consecutive'",
+                    next(b for b in out if is_barrier(b)),
+                )
     report = placer.report
     report.dead_writes = dead_bsyms
     report.functionalized = functionalized

@@ -12,7 +12,8 @@ invariants of ``docs/design.md`` (*Invariants*):
   mutated input.
 
 It works on traces at any stage: fusion regions (``sym.is_fusion``) are replaced by their
-subsymbols, which keep their data edges, and ``del`` bsyms are ignored.  A region runs as a
+subsymbols, which keep their data edges (less the ones whose result nothing uses, which the
+fusion compiler drops), and ``del`` bsyms are ignored.  A region runs as a
 unit, so a bsym that reads one of its outputs depends on every bsym in it; inside a region,
 data edges between its own subsymbols are what counts (a value that rematerialization
 recomputes there, under the same name, is read from the region's own copy).  It reuses the alias
@@ -26,7 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from thunder.core.proxies import TensorProxy
-from thunder.core.symbol import BoundSymbol
+from thunder.core import prims
+from thunder.core.symbol import BoundSymbol, has_tags
 from thunder.core.trace import TraceCtx
 
 from thunder_ext.alias_analysis import accessed_groups, input_names, storage_groups
@@ -74,10 +76,26 @@ def flatten_with_regions(bsyms, region: BoundSymbol | None = None) -> list[tuple
         if b.sym.id == PrimIDs.DEL:
             continue
         if is_fusion(b):
-            out.extend(flatten_with_regions(b.subsymbols, region or b))
+            out.extend(flatten_with_regions(_live_subsymbols(b), region or b))
         else:
             out.append((b, region))
     return out
+
+
+def _live_subsymbols(region: BoundSymbol) -> list[BoundSymbol]:
+    """The subsymbols of a fusion region whose result is used: an output of the region, or
+    read by a later live subsymbol, or a side effect (``DONT_DCE``, which ``copy_`` carries).
+
+    Rematerialization leaves a producer region's copy of a value it moved to a consumer; the
+    fusion compiler drops it, so its read of the storage never happens and is no hazard.
+    """
+    needed = {p.name for p in region.flat_proxy_outs}
+    live: list[BoundSymbol] = []
+    for s in reversed(region.subsymbols):
+        if has_tags(s, {prims.OpTags.DONT_DCE}) or any(p.name in needed for p in s.flat_proxy_outs):
+            live.append(s)
+            needed.update(p.name for p in s.flat_proxy_args)
+    return live[::-1]
 
 
 def _ancestry_of(proxies, producer: dict[str, int], anc: list[int], region_of_output: dict[str, int], region_anc: dict[int, int]) -> int:

@@ -56,6 +56,21 @@ def _fresh(bsym: BoundSymbol) -> BoundSymbol:
     return bsym.from_bsym(subsymbols=[_fresh(s) for s in bsym.subsymbols])
 
 
+def has_dead_values(bsyms: Sequence[BoundSymbol]) -> bool:
+    """Whether a bsym that ``dce`` would remove is left (nothing reads it, it has no side effect).
+
+    Stripping barriers leaves such bsyms (a batch_norm output only a barrier read).  They must
+    go before fusion: Thunder's rematerialization recomputes every input of a consumer region
+    that the min cut does not supply, and a dead one is never in the cut, so its recomputation
+    can reach back through a write (``copy_``) and run it twice.
+    """
+    read = {p.name for b in bsyms for p in b.flat_proxy_args}
+    return any(
+        not is_return(b) and not has_tags(b, {prims.OpTags.DONT_DCE}) and not any(p.name in read for p in b.flat_proxy_outs)
+        for b in bsyms
+    )
+
+
 def remove_bsyms(trace: TraceCtx, bsyms: Sequence[BoundSymbol], drop: set[int]) -> list[BoundSymbol]:
     """``bsyms`` without the positions in ``drop``, then Thunder's ``dce`` on the rest."""
     tmp = from_trace(trace)

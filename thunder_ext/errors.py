@@ -48,6 +48,15 @@ class RunningStatsGradError(InplaceOrderingError):
     """Training-mode batch norm given running statistics that carry a gradient (eager refuses it)."""
 
 
+class PartitionerWouldDropError(InplaceOrderingError):
+    """Thunder's dataflow partitioner would drop bound symbols of the barriered trace ("Trace has no return").
+
+    Its merge-time cycle search stops at nodes that start later in the trace than the merged
+    pair, and misses cycles through them.  thunder-ext rebinds and reorders barriers to avoid
+    that; this error is what is left when neither helps.
+    """
+
+
 class PlacementDidNotConvergeError(RuntimeError):
     """Internal error: a fixed-point loop of the barrier pass ran more rounds than the trace has writes.
 

@@ -137,6 +137,44 @@ def partition_keeps_every_bsym(trace: TraceCtx, bsyms: Sequence[BoundSymbol], fu
     return sum(len(group) for group in dataflow_fusion(probe, merge)) == len(bsyms)
 
 
+def partitioning_fusers(executors: Sequence[Executor] | None, bsyms: Sequence[BoundSymbol]) -> list[FusionExecutor]:
+    """The fusion executors of a compilation that would fuse something in ``bsyms``."""
+    fusers = [ex for ex in executors or () if isinstance(ex, FusionExecutor)]
+    return [ex for ex in fusers if any(_fuses(ex, b, when_unknown=False) for b in bsyms if not is_return(b))]
+
+
+def hoist_barriers(bsyms: Sequence[BoundSymbol]) -> list[BoundSymbol]:
+    """``bsyms`` with each barrier moved up to just after the last bsym producing one of its inputs.
+
+    Under dataflow fusion only data edges order anything, so this changes no order that
+    matters.  It helps Thunder's partitioner: its cycle search does not go past a node that
+    starts later in the trace than the merged pair, and a barrier standing late, between a
+    merged group's early and late members, hides a cycle through it (the module docstring).
+    """
+    # Position k means "after the k-th non-barrier bsym" (-1: before them all).
+    made_at: dict[str, int] = {}
+    after: dict[int, list[BoundSymbol]] = {}
+    rest: list[BoundSymbol] = []
+    ret = [b for b in bsyms if is_return(b)]
+    for b in bsyms:
+        if is_return(b):
+            continue
+        if is_barrier(b):
+            k = max((made_at.get(p.name, -1) for p in b.flat_proxy_args), default=-1)
+            after.setdefault(k, []).append(b)
+            for p in b.flat_proxy_outs:
+                made_at[p.name] = k
+            continue
+        rest.append(b)
+        for p in b.flat_proxy_outs:
+            made_at.setdefault(p.name, len(rest) - 1)
+    out = list(after.get(-1, ()))
+    for k, b in enumerate(rest):
+        out.append(b)
+        out.extend(after.get(k, ()))
+    return out + ret
+
+
 def _between_fused(fusible: Sequence[bool]) -> bool:
     """Whether an unfusible bsym stands between fusible ones in trace order (consecutive fusion)."""
     first = next((k for k, f in enumerate(fusible) if f), None)
