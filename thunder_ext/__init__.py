@@ -9,6 +9,7 @@ __all__ = [
     "InplaceBarrierTransform",
     "GradInputWriteError",
     "RunningStatsGradError",
+    "PartitionerWouldDropError",
     "InplaceOrderingError",
     "InputAliasError",
     "OverwriteGradientError",
@@ -48,6 +49,7 @@ _HOMES = {
     "trace_graph": "thunder_ext.graph",
     "GradInputWriteError": "thunder_ext.errors",
     "RunningStatsGradError": "thunder_ext.errors",
+    "PartitionerWouldDropError": "thunder_ext.errors",
     "InplaceOrderingError": "thunder_ext.errors",
     "InputAliasError": "thunder_ext.errors",
     "OverwriteGradientError": "thunder_ext.errors",
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
     from thunder_ext.errors import (
         GradInputWriteError,
         RunningStatsGradError,
+        PartitionerWouldDropError,
         InplaceOrderingError,
         InputAliasError,
         OverwriteGradientError,
