@@ -262,7 +262,8 @@ class _Placer:
         self.next_version: dict[str, tuple[str, BoundSymbol | None]] = {}  # version -> (next, stale-making write)
         self.made_by_barrier: set[str] = set()
         # group -> (write, its output, why): the next use of that storage starts a new region (torch.compile)
-        self.region_ends: dict[str, tuple[BoundSymbol, TensorProxy, str]] = {}
+        # group -> (the write, its output, why, whether only a later write ends the region)
+        self.region_ends: dict[str, tuple[BoundSymbol, TensorProxy, str, bool]] = {}
         self._all_members: dict[str, list[str]] | None = None
         self._input_groups: set[str] | None = None
         self.routed: set[str] = set()  # names (any version) whose value a region end routed across the cut
@@ -346,7 +347,7 @@ class _Placer:
         if backward:
             self.note_backward_reads(bsym)
         self.pin_pending_writes(i, bsym)
-        self.split_after_copy_source(i, bsym)
+        self.split_after_copy_source(i, bsym, bool(effect.writes))
         cur = self.renamed(bsym)
         my_anc = self.ancestry(cur)
         if groups:
@@ -379,10 +380,10 @@ class _Placer:
             for g in write_groups:
                 self.pending_remat[g] = self.last_write[g]
 
-    def split_after_copy_source(self, i: int, bsym: BoundSymbol) -> None:
+    def split_after_copy_source(self, i: int, bsym: BoundSymbol, writes: bool) -> None:
         """After a ``copy_`` out of a group, the group's next use goes to a new fusion region
-        (torch.compile); after a write into an input, the next use of any input it read or wrote
-        does.
+        (torch.compile); after a write into an input, the next write that uses any input it read
+        or wrote does.
 
         Inductor gets some in-place programs wrong inside one ``torch_compile_ex`` region,
         although data edges order everything:
@@ -399,11 +400,20 @@ class _Placer:
           of those copies is where these go wrong; a region in which no input is used after a
           write that touched it is the case it gets right.
 
+        In the second family a read of the written input alone is safe (``a.tanh_(); return
+        a * a`` is right in one region, and ``a[0] = -0.5; s = a.sum(0); rv.add_(s)`` too); it
+        is the next write that uses the input which goes wrong, so only a write ends the region
+        there, and plain Thunder's region count is kept on programs that only read it.
+
         Only when barriers are fused is a region that large possible; then one unfused barrier
         over the write's output, through which every later use of the storage goes, ends the
         region there.
         """
-        touched = sorted({self.info.group_of(p) for p in tensor_args(bsym)} & self.region_ends.keys())
+        touched = sorted(
+            g
+            for g in {self.info.group_of(p) for p in tensor_args(bsym)} & self.region_ends.keys()
+            if writes or not self.region_ends[g][3]
+        )
         if not touched:
             return
         plan = _Plan()
@@ -414,7 +424,7 @@ class _Placer:
                     plan.rename.setdefault(v.name, (v, None))
                     self.routed.add(m)
         # One barrier ends the region for everything pending: after it a new region starts.
-        for who, witness, why in {(id(w), why): (w, o, why) for w, o, why in self.region_ends.values()}.values():
+        for who, witness, why in {(id(w), why): (w, o, why) for w, o, why, _ in self.region_ends.values()}.values():
             plan.witnesses.append(witness)
             plan.reasons.append(f"torch.compile: {describe(bsym)} {why} {describe(who)}")
         self.region_ends.clear()
@@ -450,12 +460,12 @@ class _Placer:
             for p in tensor_args(bsym):
                 g = self.info.group_of(p)
                 if g not in dests and not any(p is w for w in effect.writes):
-                    self.region_ends[g] = (bsym, outs[0], "uses the source of")
+                    self.region_ends[g] = (bsym, outs[0], "uses the source of", False)
         if any(self.info.group_of(w) in self.input_groups() for w in effect.writes):
             # The inputs it reads too, not only the one it writes: `a[0] = rm; rm.mul_(0.9)` in
             # one region leaves a wrong `rm`.
             for g in {self.info.group_of(p) for p in tensor_args(bsym)} & self.input_groups():
-                self.region_ends.setdefault(g, (bsym, outs[0], "uses an input after the write"))
+                self.region_ends.setdefault(g, (bsym, outs[0], "writes with an input after the write", True))
 
     def input_groups(self) -> set[str]:
         """The storage groups of the trace's inputs (what the caller can observe)."""
