@@ -69,6 +69,7 @@ from thunder_ext.op_kinds import (
 from thunder_ext.remat_guard import (
     BarrierSymbols,
     barrier_symbols,
+    has_nvfuser,
     hoist_barriers,
     partition_keeps_every_bsym,
     partitioning_fusers,
@@ -781,12 +782,8 @@ def _place_barriers(
         previous_barriers=previous,
         resolved_names=resolved,
         aliased_inputs=aliased_inputs,
-        # Thunder registers nvFuser only where it can run (CUDA), so its absence is final.
-        nvfuser_may_run=(
-            nvfuser_may_run
-            if nvfuser_may_run is not None
-            else executors is None or any(getattr(ex, "name", None) == "nvfuser" for ex in executors)
-        ),
+        # Unknown executors: nvFuser may run.
+        nvfuser_may_run=(nvfuser_may_run if nvfuser_may_run is not None else has_nvfuser(executors) is not False),
         effects_cache=effects,
     )
 

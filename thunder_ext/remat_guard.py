@@ -32,9 +32,15 @@ Thunder's dataflow partitioner (``thunder/executors/data_dependent_partition.py`
 merge for cycles by a search it cuts off at trace positions past the merged pair; a region
 merged earlier can hold a bsym far before its others, and a cycle through it goes unseen.
 Its topological sort then stalls and drops the bsyms left, return included ("Trace has no
-return").  Fused barriers add merges, so where they are used under dataflow fusion the pass
-runs Thunder's own partitioner on its result (:func:`partition_keeps_every_bsym`) and, where
-it drops a bsym, binds the trace with the conservative rule instead.
+return").  So under dataflow fusion the pass runs Thunder's own partitioner on its result
+(:func:`partition_keeps_every_bsym`, once per fusion executor that would fuse something) and,
+where it drops a bsym, binds fused barriers with the conservative rule instead, and then, if
+that is not enough, moves every barrier up to just after its inputs
+(:func:`hoist_barriers`): a barrier standing late hides the cycles through it.
+
+Rematerialization also recomputes every input of a consumer region that its min cut does not
+supply, one that nothing in the region uses included; so the trace must hold no dead values
+when it reaches the fusion pass (the barrier pass runs ``dce`` when it finds one).
 
 Invariants:
 
@@ -59,6 +65,14 @@ from thunder.core.utils import consumers, producers
 from thunder.extend import Executor, FusionExecutor, OperatorExecutor
 
 from thunder_ext.op_kinds import is_barrier, is_return, tensor_outs
+
+
+def has_nvfuser(executors: Sequence[Executor] | None) -> bool | None:
+    """Whether nvFuser is among ``executors`` (None: the executors are unknown).
+
+    Thunder registers nvFuser only where it can run (CUDA), so its absence is final.
+    """
+    return None if executors is None else any(getattr(ex, "name", None) == "nvfuser" for ex in executors)
 
 
 def claimed_barrier_symbol(executors: Sequence[Executor] | None) -> Symbol:

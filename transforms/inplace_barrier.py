@@ -30,6 +30,7 @@ from thunder_ext.integration import install_barrier_stage, reports_for
 from thunder_ext.logs import log_refusal, log_report
 from thunder_ext.reinplace import reinplace
 from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients
+from thunder_ext.remat_guard import has_nvfuser
 from thunder_ext.validation import require_bool
 
 
@@ -50,9 +51,7 @@ class InplaceBarrierTransform(thunder.Transform):
         aliased = aliased_inputs(computation_trace)
         diff = differentiable_names(computation_trace)
         cd = get_compile_data()
-        # Thunder registers nvFuser only where it can run, so its absence from the list is final.
-        executors = getattr(cd, "executors_list", None) if cd is not None else None
-        nvfuser = None if executors is None else any(getattr(ex, "name", None) == "nvfuser" for ex in executors)
+        nvfuser = has_nvfuser(getattr(cd, "executors_list", None) if cd is not None else None)
         try:
             new, report = place_barriers(
                 computation_trace,
