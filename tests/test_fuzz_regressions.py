@@ -671,3 +671,21 @@ def test_late_barrier_hides_partitioner_cycle_torch_compile_dataflow():
                            lambda g: (_x(False), _x(g), _x(False), *_stats()),
                            grad_modes=(True,), configs=TORCH_COMPILE).cells
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), [str(c) for c in cells]
+
+
+def relu_inplace_on_private_after_its_read(a, b):
+    t0 = b.neg()
+    t1 = t0 * -0.5
+    t1.sub_(0.5)
+    t0[1:] = 0.5
+    a.mul_(t1)  # reads t1 ...
+    F.relu(t1, inplace=True)  # ... which re-inplacing then overwrites, in program order
+    return (b, a, t1)
+
+
+def test_reinplaced_relu_is_no_write_to_the_checker():
+    """Re-inplacing turned the functional relu into `relu(t, True)` and dropped its subsymbols;
+    op_kinds then classified it by relu's in-place capability as a write, and the checker asked
+    data edges to order it after `a.mul_(t1)`, where program order does (a false WAR; soak,
+    seed 7000).  The re-inplaced form keeps its decomposition, so it is no write there."""
+    assert_matches_eager(relu_inplace_on_private_after_its_read, lambda g: (_x(False), _x(False)))

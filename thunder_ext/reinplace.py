@@ -165,8 +165,10 @@ def _inplace_form(bsym: BoundSymbol, buf: TensorProxy) -> BoundSymbol | None:
         if bound is None or "inplace" not in bound.arguments or bound.args[0] is not buf:
             return None
         bound.arguments["inplace"] = True
-        # subsymbols=(): the out-of-place decomposition no longer describes what runs.
-        return bsym.from_bsym(args=tuple(bound.args), kwargs=dict(bound.kwargs), subsymbols=())
+        # The out-of-place decomposition stays as the subsymbols: without them op_kinds would
+        # classify the symbol by its in-place capability (relu is one) as a write, and the
+        # checker would ask data edges to order it, where program order does (module docstring).
+        return bsym.from_bsym(args=tuple(bound.args), kwargs=dict(bound.kwargs))
     if "out" in bsym.kwargs:
         return None
     return bsym.from_bsym(kwargs={**bsym.kwargs, "out": buf}, subsymbols=())
