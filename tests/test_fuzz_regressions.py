@@ -689,3 +689,90 @@ def test_reinplaced_relu_is_no_write_to_the_checker():
     data edges to order it after `a.mul_(t1)`, where program order does (a false WAR; soak,
     seed 7000).  The re-inplaced form keeps its decomposition, so it is no write there."""
     assert_matches_eager(relu_inplace_on_private_after_its_read, lambda g: (_x(False), _x(False)))
+
+
+def read_input_then_setitem(a, b):
+    t0 = b.sin()
+    b[0] = 0.5  # Inductor recomputes sin(b) where t0 is used, after this write
+    t1 = a + t0
+    return (a, t0, t1)
+
+
+def read_input_then_slice_write(a, b):
+    t0 = b.clone()
+    b[1:].mul_(3)
+    t1 = t0 * 3
+    return (t0, t1)
+
+
+def read_input_then_row_copy(a, b):
+    t0 = b.sum(0)
+    b[0].copy_(a[0])
+    t1 = a + t0
+    return (t0, t1)
+
+
+@pytest.mark.parametrize("fn", [read_input_then_setitem, read_input_then_slice_write, read_input_then_row_copy])
+def test_read_input_then_write_into_it_torch_compile(fn):
+    """torch_compile_ex without grad (barriers fused): a read of an input, then a partial write
+    into it, in one region, with the read's value used twice, returned the read as if made after
+    the write (soak, seed 8000; plain `torch.compile` on torch 2.11 does the same).  A write
+    into an input read earlier in the region now ends the region."""
+    assert_matches_eager(fn, lambda g: (_x(False), _x(False)), grad_modes=(False,), configs=TORCH_COMPILE)
+
+
+def test_read_input_then_setitem_is_wrong_in_plain_thunder():
+    """The finding is real: plain Thunder's torch_compile_ex returns a wrong `t0` on it."""
+    plain = Config(transform=False, executors="torch_compile", check=False)
+    verdict = differential(lambda: (read_input_then_setitem, (_x(False), _x(False)), {}), plain)
+    assert verdict.status == "wrong", verdict.detail
+
+
+def copy_input_into_input_then_add_back(a, rm, rv):
+    rv.mul_(rv)
+    rv.copy_(rm)  # Inductor aliases rv's new value to rm ...
+    t0 = a.sum(1)
+    rm += rv  # ... and this write then reaches rv too
+    F.batch_norm(a, rm, rv, training=True, momentum=0.1)
+    return (t0,)
+
+
+def test_copy_source_written_with_grad_torch_compile():
+    """With a backward the barriers are bound unfused, and the region rules were off: but data
+    edges order `rv.copy_(rm)` before `rm += rv`, so no barrier stood between them and Inductor
+    got both in one region, leaving a wrong `rv` (soak, seed 9100).  The rules now apply
+    whenever torch_compile_ex is among the executors."""
+    assert_matches_eager(copy_input_into_input_then_add_back, lambda g: (_x(g) * 1, *_stats()),
+                         grad_modes=(True,), configs=TORCH_COMPILE)
+
+
+def copy_into_plain_input_then_unrelated_output(a, b, c):
+    c.copy_(b)
+    t0 = a.cos()
+    return (t0,)
+
+
+def test_region_end_keeps_names_autodiff_matches_torch_compile():
+    """With the region rules on under grad, the return triggered a region end whose barrier
+    renamed a forward output after its `get_grad`: autodiff's split then failed with a KeyError
+    (soak, seed 9200; plain Thunder is right).  The return ends no region, and a value whose
+    cotangent was taken is never renamed."""
+    assert_matches_eager(copy_into_plain_input_then_unrelated_output,
+                         lambda g: (_x(g), _x(g) * 1, _x(False)), grad_modes=(True,), configs=TORCH_COMPILE)
+
+
+def clamp_view_of_private_after_its_read_died(a, b):
+    t0 = b.sin()
+    t1 = t0[:, 1]
+    b.add_(a)
+    t2 = t1.tanh()
+    t2.copy_(t1)
+    t1.clamp_(-1.0, 1.0)  # functional: index_copy into t0, re-inplaced after fusion
+    return (t0,)
+
+
+def test_reinplaced_slice_copy_reads_no_deleted_witness():
+    """Re-inplacing turned the index_copy into a slice copy_ ordered by a barrier over every
+    earlier reader of the buffer, one of which (the clamp's output) Thunder had already deleted:
+    UnboundLocalError at run time (soak, seed 9200).  The index_copy now stays in that case."""
+    assert_matches_eager(clamp_view_of_private_after_its_read_died, lambda g: (_x(False), _x(False)), grad_modes=(False,))

@@ -47,7 +47,9 @@ import gc
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
+from thunder.core import prims
 from thunder.core.proxies import TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
@@ -57,7 +59,6 @@ from thunder_ext.alias_analysis import AliasInfo, StorageGroups, accessed_groups
 from thunder_ext.errors import PartitionerWouldDropError, PlacementDidNotConvergeError, UnorderableAccessError
 from thunder_ext.op_kinds import (
     describe,
-    effect_of,
     is_barrier,
     is_copy,
     is_copy_composite,
@@ -182,6 +183,17 @@ class _Plan:
         return bool(self.rename or self.witnesses)
 
 
+class _RegionEnd(NamedTuple):
+    """Where a ``torch_compile_ex`` region must end (see ``_Placer.split_for_torch_compile``)."""
+
+    who: BoundSymbol  # the access that makes the region unsafe to extend
+    witness: TensorProxy  # an output of ``who`` the ending barrier consumes
+    why: str
+    # What ends it: "use" (any use of the group), "write" (a write using the group), or
+    # "write_into" (a write into the group).
+    trigger: str
+
+
 @dataclass(frozen=True)
 class PlacementOptions:
     """What every placement round of one pass shares; only the bsyms and the guards vary per round."""
@@ -262,9 +274,13 @@ class _Placer:
         self.version_proxy: dict[str, TensorProxy] = {}
         self.next_version: dict[str, tuple[str, BoundSymbol | None]] = {}  # version -> (next, stale-making write)
         self.made_by_barrier: set[str] = set()
-        # group -> (write, its output, why): the next use of that storage starts a new region (torch.compile)
-        # group -> (the write, its output, why, whether only a later write ends the region)
-        self.region_ends: dict[str, tuple[BoundSymbol, TensorProxy, str, bool]] = {}
+        # (group, trigger) -> where the next such access starts a new region (torch.compile)
+        self.region_ends: dict[tuple[str, str], _RegionEnd] = {}
+        # Since the last region end: name -> input groups whose reads it derives from, and
+        # group -> those names (see split_for_torch_compile, third family).
+        self.derived_from: dict[str, frozenset[str]] = {}
+        self.derived_names: dict[str, list[str]] = {}
+        self.grad_taken: set[str] = set()  # arguments of get_grad so far, by stripped and current name
         self._all_members: dict[str, list[str]] | None = None
         self._input_groups: set[str] | None = None
         self.routed: set[str] = set()  # names (any version) whose value a region end routed across the cut
@@ -348,8 +364,10 @@ class _Placer:
         if backward:
             self.note_backward_reads(bsym)
         self.pin_pending_writes(i, bsym)
-        self.split_after_copy_source(i, bsym, bool(effect.writes))
+        self.split_for_torch_compile(i, bsym, effect, write_groups)
         cur = self.renamed(bsym)
+        if bsym.sym.id == prims.PrimIDs.GET_GRAD:
+            self.grad_taken.update(p.name for p in (*bsym.flat_proxy_args, *cur.flat_proxy_args))
         my_anc = self.ancestry(cur)
         if groups:
             plan = _Plan()
@@ -376,15 +394,15 @@ class _Placer:
         for o, a in effect.aliases:
             if any(a is w for w in effect.writes):
                 self.bump(self.current(a), o, bsym)
-        self.note_copy_source(bsym, effect)
+        self.note_region_ends(bsym, effect, write_groups)
         if i in self.remat_writes and effect.writes and not backward:
             for g in write_groups:
                 self.pending_remat[g] = self.last_write[g]
 
-    def split_after_copy_source(self, i: int, bsym: BoundSymbol, writes: bool) -> None:
+    def split_for_torch_compile(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str]) -> None:
         """After a ``copy_`` out of a group, the group's next use goes to a new fusion region
         (torch.compile); after a write into an input, the next write that uses any input it read
-        or wrote does.
+        or wrote does; after a read of an input, the next write into that input does.
 
         Inductor gets some in-place programs wrong inside one ``torch_compile_ex`` region,
         although data edges order everything:
@@ -406,41 +424,58 @@ class _Placer:
         is the next write that uses the input which goes wrong, so only a write ends the region
         there, and plain Thunder's region count is kept on programs that only read it.
 
-        Only when barriers are fused is a region that large possible; then one unfused barrier
-        over the write's output, through which every later use of the storage goes, ends the
-        region there.
+        The third family: an input read, then written in part, with the read's value used
+        again: ``t0 = b.sin(); b[0] = 0.5; t1 = a + t0; return t0, t1`` returns a ``t0`` whose
+        first row is ``sin(0.5)`` (``b.clone()`` or ``b.sum(0)`` as the read, ``b[1:].mul_(3)``
+        or ``b[0].copy_(a[0])`` as the write, all the same under plain ``torch.compile``, torch
+        2.11).  Only a write into part of the input does it: through a smaller view, or by
+        ``setitem``; and only when a value derived from the read is used after the write.  A whole-tensor write (``add_``, ``copy_``, ``zero_``, through ``b.t()``),
+        ``masked_fill_``, ``index_put_``, ``index_copy_`` and ``scatter_`` come out right, so a
+        write-after-read such as ``a = x * z; x.add_(1)`` keeps its one region.
+
+        Such a region is possible whether barriers are fused or not (with a backward they are
+        not): where data edges already order the accesses no barrier stands between them
+        (``rv.copy_(rm); rm += rv`` with grad).  So whenever ``torch_compile_ex`` is among the
+        executors, one unfused barrier over the write's output, through which every later use
+        of the storage goes, ends the region there.
         """
+        # Nothing follows the return in its region.
+        if not self.region_ends or is_return(bsym):
+            return
+        used = {self.info.group_of(p) for p in tensor_args(bsym)}
         touched = sorted(
-            g
-            for g in {self.info.group_of(p) for p in tensor_args(bsym)} & self.region_ends.keys()
-            if writes or not self.region_ends[g][3]
+            {g for g in used if (g, "use") in self.region_ends or (write_groups and (g, "write") in self.region_ends)}
+            | {g for g in write_groups if (g, "write_into") in self.region_ends and self.read_used_after(g, i)
+               and self.writes_part_of(g, bsym, effect)}
         )
         if not touched:
             return
         plan = _Plan()
         for g in touched:
             for m in self.all_members().get(g, ()):
-                if m in self.defined and self.last_use.get(m, -1) >= i:
+                if m in self.defined and self.last_use.get(m, -1) >= i and not self.grad_taken_of(m):
                     v = self.current(self.proxies[m])
                     plan.rename.setdefault(v.name, (v, None))
                     self.routed.add(m)
         # One barrier ends the region for everything pending: after it a new region starts.
-        for who, witness, why in {(id(w), why): (w, o, why) for w, o, why, _ in self.region_ends.values()}.values():
-            plan.witnesses.append(witness)
-            plan.reasons.append(f"torch.compile: {describe(bsym)} {why} {describe(who)}")
+        for end in {(id(e.who), e.why): e for e in self.region_ends.values()}.values():
+            plan.witnesses.append(end.witness)
+            plan.reasons.append(f"torch.compile: {describe(bsym)} {end.why} {describe(end.who)}")
         self.region_ends.clear()
+        self.derived_from.clear()
+        self.derived_names.clear()
         # Every other value still needed crosses the cut through this barrier too: a region
         # after it then has no direct edge from one before it, so Thunder's rematerialization
         # cannot recompute such a value there from an input the write has since changed.
         for m, p in self.proxies.items():  # trace order: the barrier's text is stable
-            if m in self.defined and m not in self.inputs and self.last_use.get(m, -1) >= i:
+            if m in self.defined and m not in self.inputs and self.last_use.get(m, -1) >= i and not self.grad_taken_of(m):
                 v = self.current(p)
                 plan.rename.setdefault(v.name, (v, None))
                 self.routed.add(m)
         # So do the witnesses of accesses a later barrier may still have to order.
         for accesses in self.epoch.values():
             for _, wit, _ in accesses:
-                if wit is not None and wit.name not in self.inputs:
+                if wit is not None and wit.name not in self.inputs and not self.grad_taken_of(wit.name):
                     v = self.current(wit)
                     plan.rename.setdefault(v.name, (v, None))
                     self.routed.add(wit.name)
@@ -449,24 +484,61 @@ class _Placer:
         self.routed.update(plan.rename)
         self.emit(plan, bsym, pin=True)
 
-    def note_copy_source(self, bsym: BoundSymbol, effect) -> None:
-        """Remember where a region must end (see :meth:`split_after_copy_source`)."""
-        if self.options.symbols.fuser is None:
+    def grad_taken_of(self, name: str) -> bool:
+        """Whether the joint trace already took the cotangent of this value (``get_grad``).
+
+        Autodiff's split matches each ``get_grad`` argument to a forward output by name, so a
+        value renamed after its ``get_grad`` would be returned under a name it cannot find."""
+        return name in self.grad_taken or self.current(self.proxies[name]).name in self.grad_taken
+
+    def read_used_after(self, g: str, i: int) -> bool:
+        """Whether a value derived from a read of input ``g`` in this region is used after bsym ``i``.
+
+        Only then can Inductor recompute the read after the write; the reads inside a write's
+        own decomposition (``x.view(-1)[::2].mul_(2)`` reshapes and multiplies ``x``) feed
+        that write alone."""
+        return any(self.last_use.get(n, -1) > i for n in self.derived_names.get(g, ()))
+
+    def writes_part_of(self, g: str, bsym: BoundSymbol, effect) -> bool:
+        """Whether ``bsym`` writes only part of the input storage ``g`` (setitem, or through a smaller view)."""
+        if bsym.sym.name == "setitem_":
+            return True
+        whole = max((self.proxies[n].numel for n in self.inputs if n in self.proxies and self.info.group_of(self.proxies[n]) == g), default=0)
+        return any(self.info.group_of(w) == g and w.numel < whole for w in effect.writes)
+
+    def note_region_ends(self, bsym: BoundSymbol, effect, write_groups: set[str]) -> None:
+        """Remember where a region must end (see :meth:`split_for_torch_compile`)."""
+        if not self.options.symbols.inductor:
             return
         outs = tensor_outs(bsym)
         if not outs:
             return
-        dests = {self.info.group_of(w) for w in effect.writes}
+        ends = self.region_ends
         if is_copy(bsym) or is_copy_composite(bsym):
             for p in tensor_args(bsym):
                 g = self.info.group_of(p)
-                if g not in dests and not any(p is w for w in effect.writes):
-                    self.region_ends[g] = (bsym, outs[0], "uses the source of", False)
-        if any(self.info.group_of(w) in self.input_groups() for w in effect.writes):
+                if g not in write_groups and not any(p is w for w in effect.writes):
+                    ends[(g, "use")] = _RegionEnd(bsym, outs[0], "uses the source of", "use")
+        read_inputs = {self.info.group_of(p) for p in tensor_args(bsym)} & self.input_groups()
+        if write_groups & self.input_groups():
             # The inputs it reads too, not only the one it writes: `a[0] = rm; rm.mul_(0.9)` in
             # one region leaves a wrong `rm`.
-            for g in {self.info.group_of(p) for p in tensor_args(bsym)} & self.input_groups():
-                self.region_ends.setdefault(g, (bsym, outs[0], "writes with an input after the write", True))
+            for g in read_inputs:
+                ends.setdefault((g, "write"), _RegionEnd(bsym, outs[0], "writes with an input after the write", "write"))
+        # What this bsym's outputs derive from: its own reads of inputs, and what its arguments
+        # derive from; a write's output is the new version of its destination, not a read of it.
+        derived = set().union(*(self.derived_from.get(p.name, ()) for p in tensor_args(bsym)))
+        if not (effect.is_view or effect.is_barrier or is_return(bsym)):
+            for g in read_inputs - write_groups:
+                ends.setdefault((g, "write_into"), _RegionEnd(bsym, outs[0], "writes an input read by", "write_into"))
+                derived.add(g)
+        derived -= write_groups
+        if derived:
+            frozen = frozenset(derived)
+            for o in outs:
+                self.derived_from[o.name] = frozen
+                for g in frozen:
+                    self.derived_names.setdefault(g, []).append(o.name)
 
     def input_groups(self) -> set[str]:
         """The storage groups of the trace's inputs (what the caller can observe)."""
@@ -631,7 +703,7 @@ class _Placer:
 
     def emit(self, plan: _Plan, before: BoundSymbol, *, pin: bool = False) -> None:
         # A witness a region end has routed is read through its new name, or the barrier would
-        # bring a direct edge across the cut (see split_after_copy_source).
+        # bring a direct edge across the cut (see split_for_torch_compile).
         witnesses = [self.current(w) if w.name in self.routed else w for w in plan.witnesses]
         kept = [w for w in witnesses if not self.dropped(w)]
         self.report.dropped_witnesses += len(witnesses) - len(kept)
@@ -831,8 +903,7 @@ def _place_barriers(
         # barrier unfused, which leaves it fewer merges, under that rule's remat guard; then
         # move barriers up to their inputs, where its cycle search sees past them.
         if options.symbols.fuser is not None:
-            pin = options.symbols.pin
-            options = replace(options, symbols=BarrierSymbols(pin, pin))
+            options = replace(options, symbols=replace(options.symbols, ordering=options.symbols.pin, fuser=None))
             placer, out = guarded(*place(stripped))
         if not partitioned(out):
             out = hoist_barriers(out)

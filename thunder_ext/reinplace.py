@@ -363,6 +363,7 @@ def _index_copies_as_slice_copies(bsyms: list[BoundSymbol], new_trace: TraceCtx)
     info = storage_groups(bsyms)
     members = info.groups.members()
     position = {id(b): i for i, b in enumerate(bsyms)}
+    deleted_at = {p.name: k for k, b in enumerate(bsyms) if b.sym.id == prims.PrimIDs.DEL for p in b.flat_proxy_args}
     drop: set[int] = set()  # ids of bsyms to remove (the aranges)
     replace: dict[int, list[BoundSymbol]] = {}
     dropped_names: set[str] = set()
@@ -387,7 +388,9 @@ def _index_copies_as_slice_copies(bsyms: list[BoundSymbol], new_trace: TraceCtx)
         # Earlier readers of the buffer's storage: the copy_ must depend on them by data edges
         # (as every write does in this project's traces: thunder_ext.checker), through a barrier.
         witnesses = _earlier_reads(members.get(info.group_of(buf), [buf.name]), i, cons, position, info)
-        if witnesses is None:
+        # A witness already deleted cannot be read here (keeping it alive would cost memory):
+        # then the index_copy stays.
+        if witnesses is None or any(deleted_at.get(w.name, i) < i for w in witnesses):
             continue
         key = (slice(None),) * d + (slice(r.start, r.stop, r.step),)
         with tracectx(new_trace):

@@ -97,12 +97,16 @@ class BarrierSymbols:
     """``ordering`` binds the barriers that order accesses, ``pin`` the remat pins.
 
     ``fuser`` is the fusion executor that fuses ordering barriers, or None when none does.
+    ``inductor``: whether ``torch_compile_ex`` is among the executors, fused barriers or not;
+    its regions must end where Inductor mishandles writes into inputs (see
+    ``barriers._Placer.split_for_torch_compile``).
     """
 
     ordering: Symbol
     pin: Symbol
     fuser: FusionExecutor | None = None
     dataflow: bool = False  # the compilation's fusion_type; unknown counts as consecutive
+    inductor: bool = False
 
     def fusible(self, bsym: BoundSymbol) -> bool:
         """Whether ``bsym`` may end up inside a fusion region."""
@@ -118,21 +122,22 @@ def barrier_symbols(
 ) -> BarrierSymbols:
     """The symbols to bind barriers with at the fusion stage of a compilation using ``executors``."""
     pin = claimed_barrier_symbol(executors)
+    inductor = any(getattr(ex, "name", None) == "torchcompile" for ex in executors or ())
     probe_arg = next((p for b in bsyms for p in b.flat_proxy_args if isinstance(p, TensorProxy)), None)
     # With a backward in the joint trace, a fused barrier would join forward and backward
     # bsyms in one region, which the forward/backward split then duplicates, write included.
     if probe_arg is None or any(has_tags(b, {BoundSymbolTag.BACKWARD}) for b in bsyms):
-        return BarrierSymbols(pin, pin)
+        return BarrierSymbols(pin, pin, inductor=inductor)
     probe = prims.update_aliases.bind((probe_arg,), output=(probe_arg,))
     fusers = [ex for ex in executors or () if isinstance(ex, FusionExecutor)]
     barrier_fusers = [ex for ex in fusers if _fuses(ex, probe, when_unknown=False)]
     if len(barrier_fusers) != 1:
-        return BarrierSymbols(pin, pin)
+        return BarrierSymbols(pin, pin, inductor=inductor)
     (fuser,) = barrier_fusers
     others_fuse = any(_fuses(ex, b, when_unknown=True) for ex in fusers if ex is not fuser for b in bsyms)
     if others_fuse:
-        return BarrierSymbols(pin, pin)
-    return BarrierSymbols(prims.update_aliases, pin, fuser, dataflow)
+        return BarrierSymbols(pin, pin, inductor=inductor)
+    return BarrierSymbols(prims.update_aliases, pin, fuser, dataflow, inductor)
 
 
 def partition_keeps_every_bsym(trace: TraceCtx, bsyms: Sequence[BoundSymbol], fuser: FusionExecutor) -> bool:
