@@ -776,3 +776,19 @@ def test_reinplaced_slice_copy_reads_no_deleted_witness():
     earlier reader of the buffer, one of which (the clamp's output) Thunder had already deleted:
     UnboundLocalError at run time (soak, seed 9200).  The index_copy now stays in that case."""
     assert_matches_eager(clamp_view_of_private_after_its_read_died, lambda g: (_x(False), _x(False)), grad_modes=(False,))
+
+
+def setitems_then_copy_grad_input_into_input(a, b, c):
+    c[0] = 0.5
+    a[1:] = 0.5
+    t0 = b.sin()
+    c.copy_(b)
+    return (t0,)
+
+
+def test_backward_bsym_ends_no_region_torch_compile():
+    """A backward bsym (`cos` of the sin's VJP) that used the source of `c.copy_(b)` ended a
+    region in the joint trace; its barrier took a backward value that the forward/backward split
+    left out of the forward (UnboundLocalError; soak, seed 9300; plain Thunder is right)."""
+    assert_matches_eager(setitems_then_copy_grad_input_into_input,
+                         lambda g: (_x(False), _x(g), _x(g) * 1), grad_modes=(True,), configs=TORCH_COMPILE)

@@ -439,8 +439,9 @@ class _Placer:
         executors, one unfused barrier over the write's output, through which every later use
         of the storage goes, ends the region there.
         """
-        # Nothing follows the return in its region.
-        if not self.region_ends or is_return(bsym):
+        # Nothing follows the return in its region.  A backward bsym ends none either: the
+        # forward/backward split would put a barrier over backward values into the forward.
+        if not self.region_ends or is_return(bsym) or has_tags(bsym, {BoundSymbolTag.BACKWARD}):
             return
         used = {self.info.group_of(p) for p in tensor_args(bsym)}
         touched = sorted(
@@ -508,7 +509,7 @@ class _Placer:
 
     def note_region_ends(self, bsym: BoundSymbol, effect, write_groups: set[str]) -> None:
         """Remember where a region must end (see :meth:`split_for_torch_compile`)."""
-        if not self.options.symbols.inductor:
+        if not self.options.symbols.inductor or has_tags(bsym, {BoundSymbolTag.BACKWARD}):
             return
         outs = tensor_outs(bsym)
         if not outs:
