@@ -792,3 +792,21 @@ def test_backward_bsym_ends_no_region_torch_compile():
     left out of the forward (UnboundLocalError; soak, seed 9300; plain Thunder is right)."""
     assert_matches_eager(setitems_then_copy_grad_input_into_input,
                          lambda g: (_x(False), _x(g), _x(g) * 1), grad_modes=(True,), configs=TORCH_COMPILE)
+
+
+def reshape_input_then_two_setitems(a):
+    t0 = a.reshape(3, 4)
+    a[0] = 2.0
+    a[0] = 0.5  # a region end before this write routes both `a` and `t0` across the cut
+    t1 = t0[::2]
+    return (t0, t1)
+
+
+def test_cut_gives_no_region_two_aliased_inputs_one_written_torch_compile():
+    """A region end routed `a` (shape (12,)) and its reshape `t0` across the cut, and the next
+    region wrote `a` and returned a slice of `t0`: AOT autograd's synthetic base replayed the
+    slice to the wrong shape ("incorrect out shape after application of ViewMeta sequence";
+    soak, seed 9300; plain Thunder is right).  A further cut now keeps them apart."""
+    assert_matches_eager(reshape_input_then_two_setitems, lambda g: (torch.randn(12),), grad_modes=(False,),
+                         configs=TORCH_COMPILE)
+

@@ -284,6 +284,12 @@ class _Placer:
         self._all_members: dict[str, list[str]] | None = None
         self._input_groups: set[str] | None = None
         self.routed: set[str] = set()  # names (any version) whose value a region end routed across the cut
+        # Since the last cut: name (any version) -> (the cut output it is a version of, its
+        # group); per group, the cut outputs used so far; the groups written so far.
+        self.cut_origin: dict[str, tuple[str, str]] = {}
+        self.region_inputs_used: dict[str, set[str]] = {}
+        self.region_written: set[str] = set()
+        self.version_group: dict[str, str] = {}  # a version's name -> the group of what it is a version of
         self.anc: dict[str, int] = {}
         self.nbits = 0
         self.last_write: dict[str, _LastWrite] = {}
@@ -305,7 +311,14 @@ class _Placer:
             return
         self.version_proxy[new.name] = new
         self.versions.union(old.name, new.name)  # ``new`` is fresh, so it becomes the root
+        self.version_group[new.name] = self.storage_of(old.name)
+        if old.name in self.cut_origin:
+            self.cut_origin[new.name] = self.cut_origin[old.name]
         self.next_version[old.name] = (new.name, by)
+
+    def storage_of(self, name: str) -> str:
+        """The storage group of a stripped proxy or of any later version of one."""
+        return self.version_group.get(name) or self.info.group_of(name)
 
     def stale_by(self, name: str) -> BoundSymbol | None:
         """The first write that made the version ``name`` stale (pure renamings skipped), or None."""
@@ -441,17 +454,26 @@ class _Placer:
         """
         # Nothing follows the return in its region.  A backward bsym ends none either: the
         # forward/backward split would put a barrier over backward values into the forward.
-        if not self.region_ends or is_return(bsym) or has_tags(bsym, {BoundSymbolTag.BACKWARD}):
+        if is_return(bsym) or has_tags(bsym, {BoundSymbolTag.BACKWARD}):
             return
+        aliased = self.aliased_region_inputs(bsym, write_groups)
+        if self.region_ends or aliased:
+            self.end_region(i, bsym, effect, write_groups, aliased)
+        self.note_region_inputs(bsym, write_groups)
+
+    def end_region(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str], aliased: set[str]) -> None:
         used = {self.info.group_of(p) for p in tensor_args(bsym)}
         touched = sorted(
             {g for g in used if (g, "use") in self.region_ends or (write_groups and (g, "write") in self.region_ends)}
             | {g for g in write_groups if (g, "write_into") in self.region_ends and self.read_used_after(g, i)
                and self.writes_part_of(g, bsym, effect)}
+            | aliased
         )
         if not touched:
             return
         plan = _Plan()
+        if aliased:
+            plan.reasons.append(f"torch.compile: {describe(bsym)} would make one region write an input aliased by another of its inputs")
         for g in touched:
             for m in self.all_members().get(g, ()):
                 if m in self.defined and self.last_use.get(m, -1) >= i and not self.grad_taken_of(m):
@@ -484,6 +506,44 @@ class _Placer:
         # version an earlier region end already renamed.
         self.routed.update(plan.rename)
         self.emit(plan, bsym, pin=True)
+
+    def aliased_region_inputs(self, bsym: BoundSymbol, write_groups: set[str]) -> set[str]:
+        """The groups of which ``bsym`` would make its region receive two inputs, one written.
+
+        AOT autograd replays the views of such inputs on a synthetic base and fails on some
+        (``t0 = a.reshape(3, 4)`` with ``a`` of shape (12,), then ``a[0] = 2.0; a[0] = 0.5; t1
+        = t0[::2]`` with a cut between the writes: "incorrect out shape after application of
+        ViewMeta sequence", torch 2.11).  Plain Thunder never hands a region two aliased
+        inputs; a cut does, routing ``a`` and ``t0`` across it.  A further cut keeps them in
+        different regions, unless ``bsym`` alone brings both."""
+        if not self.cut_origin:
+            return set()
+        mine = self.region_inputs_of(bsym)
+        conflicts = set()
+        for g in mine.keys() | write_groups:
+            names = mine.get(g, set())
+            together = self.region_inputs_used.get(g, set()) | names
+            written = g in self.region_written or g in write_groups
+            alone = g in write_groups and len(names) > 1
+            if written and len(together) > 1 and not alone:
+                conflicts.add(g)
+        return conflicts
+
+    def region_inputs_of(self, bsym: BoundSymbol) -> dict[str, set[str]]:
+        """Per group, the outputs of the last cut that ``bsym``'s arguments are versions of."""
+        mine: dict[str, set[str]] = {}
+        for p in tensor_args(bsym):
+            o = self.cut_origin.get(self.current(p).name)
+            if o is not None:
+                mine.setdefault(o[1], set()).add(o[0])
+        return mine
+
+    def note_region_inputs(self, bsym: BoundSymbol, write_groups: set[str]) -> None:
+        if not self.cut_origin:
+            return
+        for g, names in self.region_inputs_of(bsym).items():
+            self.region_inputs_used.setdefault(g, set()).update(names)
+        self.region_written |= write_groups
 
     def grad_taken_of(self, name: str) -> bool:
         """Whether the joint trace already took the cotangent of this value (``get_grad``).
@@ -713,8 +773,13 @@ class _Placer:
         symbol = self.options.symbols.pin if pin else self.options.symbols.ordering
         barrier, outs = self.barrier(symbol, [v for v, _ in plan.rename.values()], kept, before, plan.reasons)
         b_anc = self.ancestry(barrier)
+        cut = pin and self.options.symbols.inductor
+        if cut:  # a new torch.compile region starts after this barrier
+            self.cut_origin, self.region_inputs_used, self.region_written = {}, {}, set()
         for (v, cause), new in zip(plan.rename.values(), outs):
             self.bump(v, new, cause)
+            if cut:
+                self.cut_origin[new.name] = (new.name, self.storage_of(v.name))
         for o in tensor_outs(barrier):
             self.anc[o.name] = b_anc
             self.made_by_barrier.add(o.name)

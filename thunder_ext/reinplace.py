@@ -219,11 +219,15 @@ def _candidates(bsym: BoundSymbol) -> list[TensorProxy]:
 
 
 def _dies_here(
-    buf: TensorProxy, bsym: BoundSymbol, i: int, info, bases: dict, position: dict, cons, rewritten_outs: set[str]
+    buf: TensorProxy, bsym: BoundSymbol, i: int, info, groups: dict[str, list[str]], bases: dict, position: dict,
+    cons, rewritten_outs: set[str]
 ) -> bool:
-    """``buf`` is fresh private storage that nothing reads after bsym ``i`` (see the invariants)."""
+    """``buf`` is fresh private storage that nothing reads after bsym ``i`` (see the invariants).
+
+    ``groups`` is ``info.groups.members()``, computed once per pass (per call it made the pass
+    quadratic in trace length)."""
     group = info.group_of(buf)
-    members = info.groups.members().get(group, [buf.name]) if buf.name in info.groups else [buf.name]
+    members = groups.get(group, [buf.name]) if buf.name in info.groups else [buf.name]
     # One base, buf itself; every other member is a view or barrier output of it.
     if bases.get(group, {buf.name}) != {buf.name} or any(m in info.inputs for m in members):
         return False
@@ -270,6 +274,7 @@ def reinplace(trace: TraceCtx) -> tuple[TraceCtx, list[BoundSymbol]]:
     for n in info.inputs:
         if n in info.groups:
             bases.setdefault(info.group_of(n), set()).add(n)
+    groups = info.groups.members()
     # Outputs of ops rewritten here: fresh in effect, since the buffer they reuse died there.
     rewritten_outs: set[str] = set()
     rewritten: list[BoundSymbol] = []
@@ -288,7 +293,7 @@ def reinplace(trace: TraceCtx) -> tuple[TraceCtx, list[BoundSymbol]]:
             producer = prods.get(buf, None)
             if producer is None or not (_is_fresh(producer) or buf.name in rewritten_outs):
                 continue
-            if not _dies_here(buf, bsym, i, info, bases, position, cons, rewritten_outs):
+            if not _dies_here(buf, bsym, i, info, groups, bases, position, cons, rewritten_outs):
                 continue
             new = _inplace_form(bsym, buf)
             if new is None or not _probe(new, buf, out):
