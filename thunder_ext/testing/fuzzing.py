@@ -649,9 +649,11 @@ class _ViewAsReshape(torch.overrides.TorchFunctionMode):
 def _view_is_reshape(build: Builder, v) -> bool:
     """The documented exception for ``view`` (README, "Known limits").
 
-    Thunder's proxies carry no strides, so its ``view`` is a reshape: where eager refuses
-    ``view`` of a tensor whose strides do not allow it ("view size is not compatible with input
-    tensor's size and stride"), the compiled function computes the reshape.  Accepted only for
+    A fused region gives its outputs its own layout (Thunder's proxies carry no strides): where
+    eager refuses ``view`` of a tensor whose strides do not allow it ("view size is not
+    compatible with input tensor's size and stride", ``t2.cos().view(-1)`` with ``t2`` strided),
+    the compiled function may compute the reshape (a ``view`` of a strided *input* raises in
+    Thunder as in eager).  Accepted only for
     that exact eager error, and only when outputs, final inputs, state and gradients all match
     eager run with ``view`` falling back to ``reshape`` at the refused calls.
     """
