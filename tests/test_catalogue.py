@@ -193,6 +193,21 @@ def test_waw_none_grad_in_plain_thunder():
     assert "None mismatch" in verdict.detail
 
 
+@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
+def test_remat_reruns_write_in_plain_thunder_torch_compile(fusion_type: str):
+    """Why the transform pins writes with grad under ``torch_compile_ex`` (and so may have one
+    region more than plain Thunder): plain Thunder's rematerialization recomputes a value saved
+    for the backward from the input, re-running the write, and leaves that input and the
+    gradient wrong.  The transform's cells of the same program (``test_gallery_cell``) match eager."""
+    prog = by_name("input_scaled_then_read_twice")
+    for transform, ok in ((False, False), (True, True)):
+        cfg = Config(transform=transform, fusion_type=fusion_type, executors="torch_compile", check=transform)
+        verdict = differential(prog.build, cfg)
+        assert verdict.ok is ok, f"{cfg}: {verdict.status}: {verdict.detail}"
+        if not ok:
+            assert verdict.status == "wrong", f"{verdict.status}: {verdict.detail}"
+
+
 # -- no refusal where plain Thunder is right (issue 9) ---------------------------------------
 
 TRANSFORM_HAZARD = Config(transform=True, fusion_type="dataflow", executors="default", entry="jit", check=True)

@@ -230,6 +230,17 @@ def strided_input_scale(x, w):
     return x @ w
 
 
+def input_scaled_then_read_twice(x, w):
+    """An input scaled in place, then read by two ops whose backward saves both results.
+
+    Under ``torch_compile_ex`` with grad, plain Thunder's rematerialization recomputes the
+    saved ``sin`` in the backward region from ``x``, write included: ``x`` ends up scaled
+    twice and ``w``'s gradient is wrong.  The transform's remat pins keep the write in one
+    region (``thunder_ext/remat_guard.py``)."""
+    x.mul_(2)
+    return x.sin() * w + x.cos() * w
+
+
 def power_iteration(x, w, u, v):
     """Spectral norm: the power iteration updates its u/v buffers without grad, then sigma reads them."""
     with torch.no_grad():
@@ -380,6 +391,10 @@ PROGRAMS: tuple[Program, ...] = (
     Program(
         "strided_input_scale", _grad_inputs(strided_input_scale, [((4, 4), False), ((4, 3), True)]),
         "strided input write", grad=True,
+    ),
+    Program(
+        "input_scaled_then_read_twice", _grad_inputs(input_scaled_then_read_twice, [((4, 3), False), ((4, 3), True)]),
+        "remat re-runs a write", grad=True,
     ),
     Program("power_iteration", _power_iteration_build, "buffer write, no grad", grad=True),
     Program("batch_norm2d_read_stats", _bn2d_build, "2 composite write, read", grad=True),
