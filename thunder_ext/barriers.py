@@ -248,9 +248,14 @@ class _Placer:
 
         self.proxies: dict[str, TensorProxy] = {}
         self.last_use: dict[str, int] = {}
+        self.first_use: dict[str, int] = {}
+        self.made_at: dict[str, int] = {}  # name -> stripped index of the bsym that produces it
         for i, b in enumerate(bsyms):
             for p in b.flat_proxy_args:
                 self.last_use[p.name] = i
+                self.first_use.setdefault(p.name, i)
+            for p in b.flat_proxy_outs:
+                self.made_at.setdefault(p.name, i)
             for p in (*b.flat_proxy_args, *b.flat_proxy_outs):
                 if isinstance(p, TensorProxy):
                     self.proxies.setdefault(p.name, p)
@@ -487,10 +492,14 @@ class _Placer:
         self.region_ends.clear()
         self.derived_from.clear()
         self.derived_names.clear()
+        # A view first used after the cut moves after it instead of crossing it (see deferred_views).
+        deferred = self.deferred_views(i, plan)
         # Every other value still needed crosses the cut through this barrier too: a region
         # after it then has no direct edge from one before it, so Thunder's rematerialization
         # cannot recompute such a value there from an input the write has since changed.
         for m, p in self.proxies.items():  # trace order: the barrier's text is stable
+            if m in deferred:
+                continue
             if m in self.defined and m not in self.inputs and self.last_use.get(m, -1) >= i and not self.grad_taken_of(m):
                 v = self.current(p)
                 plan.rename.setdefault(v.name, (v, None))
@@ -506,6 +515,53 @@ class _Placer:
         # version an earlier region end already renamed.
         self.routed.update(plan.rename)
         self.emit(plan, bsym, pin=True)
+        self.move_after_cut(deferred)
+
+    def deferred_views(self, i: int, plan: _Plan) -> dict[str, int]:
+        """Views made before the cut at ``i`` and first used at or after it: name -> output position.
+
+        Routed across the cut, such a view of an input reaches the next region as a second input
+        aliasing the first, and AOT autograd's synthetic base fails when the region writes one
+        of them (``t2 = a[:2]; <cut>; a.index_copy_(0, idx, t2)``: ``create_synthetic_base_metadata``,
+        torch 2.11).  Made after the cut instead, it is computed inside the region from its base.
+        A view reads no data, so where it is made orders nothing."""
+        out: dict[str, int] = {}
+        candidates = {k for m, k in self.made_at.items() if k < i and m in self.defined and self.last_use.get(m, -1) >= i}
+        if not candidates:
+            return out
+        witnesses = {w.name for accesses in self.epoch.values() for _, w, _ in accesses if w is not None}
+        for k in sorted(candidates):
+            b, e = self.bsyms[k], self.info.effects[k]
+            if not e.is_view or e.writes or view_kind(b) != "view" or has_tags(b, {BoundSymbolTag.BACKWARD}):
+                continue
+            names = [o.name for o in b.flat_proxy_outs]
+            # Every output moves with the bsym: none may be read before the cut (a barrier
+            # included), renamed, pending as a witness, or already differentiated.
+            if any(
+                self.first_use.get(n, i) < i or n in witnesses or n in plan.rename or n in self.inputs
+                or (n in self.proxies and (self.current(self.proxies[n]).name != n or self.grad_taken_of(n)))
+                for n in names
+            ):
+                continue
+            if any(n in {p.name for p in o.flat_proxy_args} for o in self.out for n in names):
+                continue
+            out.update((n, k) for n in names)
+        return out
+
+    def move_after_cut(self, deferred: dict[str, int]) -> None:
+        """Move the bsyms making ``deferred`` views to the end of the output, on current names."""
+        if not deferred:
+            return
+        ks = set(deferred.values())
+        keep = [(b, j) for b, j in zip(self.out, self.origin) if j not in ks]
+        self.out, self.origin = [b for b, _ in keep], [j for _, j in keep]
+        for k in sorted(ks):
+            cur = self.renamed(self.bsyms[k])
+            anc = self.ancestry(cur)
+            for o in cur.flat_proxy_outs:
+                self.anc[o.name] = anc
+            self.out.append(cur)
+            self.origin.append(k)
 
     def aliased_region_inputs(self, bsym: BoundSymbol, write_groups: set[str]) -> set[str]:
         """The groups of which ``bsym`` would make its region receive two inputs, one written.
