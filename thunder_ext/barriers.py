@@ -530,6 +530,7 @@ class _Placer:
         if not candidates:
             return out
         witnesses = {w.name for accesses in self.epoch.values() for _, w, _ in accesses if w is not None}
+        read_so_far: set[str] | None = None  # names the output already reads (barriers included)
         for k in sorted(candidates):
             b, e = self.bsyms[k], self.info.effects[k]
             if not e.is_view or e.writes or view_kind(b) != "view" or has_tags(b, {BoundSymbolTag.BACKWARD}):
@@ -543,7 +544,9 @@ class _Placer:
                 for n in names
             ):
                 continue
-            if any(n in {p.name for p in o.flat_proxy_args} for o in self.out for n in names):
+            if read_so_far is None:
+                read_so_far = {p.name for o in self.out for p in o.flat_proxy_args}
+            if read_so_far.intersection(names):
                 continue
             out.update((n, k) for n in names)
         return out
