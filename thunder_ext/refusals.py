@@ -42,13 +42,16 @@ from thunder_ext.errors import (
 from thunder_ext.op_kinds import effect_of, is_copy, is_return, tensor_args
 
 
-def refuse_unsupported_gradients(before: TraceCtx, after: TraceCtx, report: BarrierReport, diff: set[str]) -> None:
+def refuse_unsupported_gradients(
+    before: TraceCtx, after: TraceCtx, report: BarrierReport, diff: set[str], *, nvfuser_may_run: bool = False
+) -> None:
     """Raise for the first unsupported construct; ``after`` is the barrier pass's output for ``before``."""
     refuse_view_gradients(report, diff)
     refuse_returned_input_with_new_history(after, diff)
     refuse_gradless_overwrite(before, diff)
     refuse_written_grad_inputs(before)
     refuse_running_stats_with_grad(before, diff)
+    refuse_writes_through_grad_input_views(before, nvfuser_may_run=nvfuser_may_run)
 
 
 def refuse_view_gradients(report: BarrierReport, diff: set[str]) -> None:
@@ -223,6 +226,49 @@ def refuse_written_grad_inputs(trace: TraceCtx) -> None:
                 write,
                 trace.bound_symbols[-1],
             )
+
+
+def _writes_with_grad(bsym: BoundSymbol) -> bool:
+    if is_copy(bsym):
+        return bsym.kwargs.get("grad_enabled") is not False
+    return not _copies_without_grad(bsym)
+
+
+def refuse_writes_through_grad_input_views(trace: TraceCtx, *, nvfuser_may_run: bool = False) -> None:
+    """Refuse a write, with grad enabled, through a view of an input that requires grad.
+
+    The compiled forward runs under ``no_grad``, and a view made there of a tensor that
+    requires grad is a leaf that requires grad.  Thunder's ``copy_`` (torch executor) then
+    refuses to write it ("a leaf Variable that requires grad is being used in an in-place
+    operation"), and Dynamo refuses the same under ``torch_compile_ex``; plain Thunder fails in
+    both.  Eager allows the write when the input is not a leaf.  A write to the input itself
+    (or to what an earlier write returned, the same tensor) is not affected.  Most such
+    programs are refused earlier as class 5; this catches the rest (a later write to the
+    input itself hides the stale read, ``t = x[0]; t.add_(1); x.mul_(2)``).  Where nvFuser may
+    run the write on a CUDA input, the torch executor's check may never run: let it through.
+    """
+    grad_inputs = [a for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad]
+    grad_inputs = [a for a in grad_inputs if not (nvfuser_may_run and a.device.type == "cuda")]
+    if not grad_inputs:
+        return
+    bsyms = strip_barriers(trace.bound_symbols)[0]
+    info = storage_groups(bsyms, input_names(trace))
+    by_group = {info.group_of(a): a for a in grad_inputs}
+    itself = {a.name for a in grad_inputs}  # names bound to the input tensor itself at run time
+    for bsym, effect in zip(bsyms, info.effects):
+        for w in effect.writes:
+            x = by_group.get(info.group_of(w))
+            if x is not None and w.name not in itself and _writes_with_grad(bsym):
+                raise GradInputWriteError(
+                    f"the function writes in place to `{w.name}`, a view of the input `{x.name}`, which "
+                    "requires grad. Inside the compiled function that view is a leaf tensor that requires "
+                    "grad, and Thunder's runtime refuses to write it (plain Thunder fails the same way). "
+                    f"Write to `{x.name}` itself, clone it first (`{x.name} = {x.name}.clone()`), or make "
+                    "the write under torch.no_grad()",
+                    bsym,
+                )
+        # A write returns its destination: the same tensor, not a view of it.
+        itself.update(o.name for o, a in effect.aliases if a.name in itself and any(a is w for w in effect.writes))
 
 
 def refuse_saved_tensor_mutation(report: BarrierReport) -> None:

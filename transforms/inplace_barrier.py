@@ -61,7 +61,7 @@ class InplaceBarrierTransform(thunder.Transform):
                 nvfuser_may_run=nvfuser,
             )
             if diff:
-                refuse_unsupported_gradients(computation_trace, new, report, diff)
+                refuse_unsupported_gradients(computation_trace, new, report, diff, nvfuser_may_run=nvfuser)
         except InplaceOrderingError as e:
             log_refusal("before autodiff", e)
             raise
