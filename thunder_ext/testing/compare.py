@@ -4,8 +4,8 @@ Used by the main job's gallery, by :func:`thunder_ext.check`, by the test suite 
 fuzzer.  A run compares, exactly as ``torch.testing.assert_close`` does:
 
 * every output;
-* the final state of every input (inputs are mutated too) and of extra state such as a
-  module's buffers;
+* the state of every input (inputs are mutated too) and of extra state such as a module's
+  buffers, both right after the call and after the backward;
 * the gradients of every input that requires grad, for a fixed seeded cotangent.
 
 A compiled run is classified as ``correct``, ``wrong`` (silent wrong numbers), ``crash``
@@ -51,6 +51,9 @@ class Outcome:
     inputs: list = field(default_factory=list)
     state: dict = field(default_factory=dict)
     grads: list = field(default_factory=list)
+    # Inputs and state right after the call, before any backward: a write deferred into the
+    # backward would otherwise look right once the backward has run.
+    after_call: list = field(default_factory=list)
     error: BaseException | None = None
     compiled: Any = None
 
@@ -139,6 +142,9 @@ def execute(fn: Callable, args: Sequence, state: dict) -> Outcome:
             a.retain_grad()
     try:
         outputs = fn(*args)
+        out.after_call = [
+            a.detach().clone() if isinstance(a, torch.Tensor) else a for a in (*args, *state.values())
+        ]
         loss = _cotangent_loss(outputs)
         if loss is not None and leaves:
             loss.backward()
@@ -176,6 +182,7 @@ def compile_fn(fn: Callable, config: Config, *, transforms_extra: Sequence = ())
 
 def _assert_same(got: Outcome, exp: Outcome) -> None:
     torch.testing.assert_close(got.outputs, exp.outputs, msg=lambda m: f"outputs differ: {m}")
+    torch.testing.assert_close(got.after_call, exp.after_call, msg=lambda m: f"input state after the call differs: {m}")
     torch.testing.assert_close(got.inputs, exp.inputs, msg=lambda m: f"final input state differs: {m}")
     torch.testing.assert_close(got.state, exp.state, msg=lambda m: f"final module state differs: {m}")
     torch.testing.assert_close(got.grads, exp.grads, msg=lambda m: f"gradients differ: {m}")
