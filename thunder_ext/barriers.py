@@ -300,6 +300,7 @@ class _Placer:
         self.last_write: dict[str, _LastWrite] = {}
         self.epoch: dict[str, list[tuple[int, TensorProxy | None, BoundSymbol]]] = {}
         self.pending_remat: dict[str, _LastWrite] = {}  # group -> forward write not yet pinned
+        self.touched_forward: set[str] = set()  # forward values computed from mutated storage
 
     # -- versions and reachability ------------------------------------------------------------
 
@@ -381,6 +382,7 @@ class _Placer:
         backward = has_tags(bsym, {BoundSymbolTag.BACKWARD})
         if backward:
             self.note_backward_reads(bsym)
+            self.pin_backward_reads(bsym)
         self.pin_pending_writes(i, bsym)
         self.split_for_torch_compile(i, bsym, effect, write_groups)
         cur = self.renamed(bsym)
@@ -405,9 +407,12 @@ class _Placer:
             my_anc |= self.record_access(bsym, effect, groups, write_groups)
         self.out.append(cur)
         self.origin.append(i)
+        touched = not backward and (bool(groups) or any(p.name in self.touched_forward for p in cur.flat_proxy_args))
         for p in cur.flat_proxy_outs:
             self.anc[p.name] = my_anc
             self.defined.add(p.name)
+            if touched:
+                self.touched_forward.add(p.name)
         # A write's output is the new version of what it wrote.
         for o, a in effect.aliases:
             if any(a is w for w in effect.writes):
@@ -684,6 +689,23 @@ class _Placer:
             ):
                 self.report.backward_reads_of_forward_writes.append((by, bsym))
 
+    def pin_backward_reads(self, bsym: BoundSymbol) -> None:
+        """With fused ordering barriers in a joint trace, a backward region is a rematerialization
+        consumer of the forward region: its min cut may recompute a forward value from the
+        forward's inputs, re-running a write or reading an input after the write.  So each
+        forward value a backward bsym reads whose computation touched mutated storage goes
+        through an unfused barrier first, at the start of the backward."""
+        if not self.options.symbols.backward or bsym.sym.id == prims.PrimIDs.GET_GRAD:
+            return
+        plan = _Plan()
+        for p in tensor_args(bsym):
+            v = self.current(p)
+            if v.name in self.touched_forward and not self.grad_taken_of(p.name):
+                plan.rename.setdefault(v.name, (v, None))
+        if plan.rename:
+            plan.reasons.append("remat: the backward reads forward values computed from mutated storage")
+            self.emit(plan, bsym, pin=True, cut=False)
+
     def pin_pending_writes(self, i: int, bsym: BoundSymbol) -> None:
         """Fusion executors rematerialize: a consumer region may recompute values of its producer
         region from the producer's inputs, and re-running a write is not idempotent.  So what is
@@ -821,7 +843,7 @@ class _Placer:
         # barrier is honest about the data flow, so only foreign witnesses are dropped.
         return witness.name in self.differentiable and self.info.group_of(witness) not in self.mutated
 
-    def emit(self, plan: _Plan, before: BoundSymbol, *, pin: bool = False) -> None:
+    def emit(self, plan: _Plan, before: BoundSymbol, *, pin: bool = False, cut: bool = True) -> None:
         # A witness a region end has routed is read through its new name, or the barrier would
         # bring a direct edge across the cut (see split_for_torch_compile).
         witnesses = [self.current(w) if w.name in self.routed else w for w in plan.witnesses]
@@ -832,16 +854,19 @@ class _Placer:
         symbol = self.options.symbols.pin if pin else self.options.symbols.ordering
         barrier, outs = self.barrier(symbol, [v for v, _ in plan.rename.values()], kept, before, plan.reasons)
         b_anc = self.ancestry(barrier)
-        cut = pin and self.options.symbols.inductor
+        cut = cut and pin and self.options.symbols.inductor
         if cut:  # a new torch.compile region starts after this barrier
             self.cut_origin, self.region_inputs_used, self.region_written = {}, {}, set()
         for (v, cause), new in zip(plan.rename.values(), outs):
             self.bump(v, new, cause)
             if cut:
                 self.cut_origin[new.name] = (new.name, self.storage_of(v.name))
+        forward = not has_tags(before, {BoundSymbolTag.BACKWARD})
         for o in tensor_outs(barrier):
             self.anc[o.name] = b_anc
             self.made_by_barrier.add(o.name)
+            if forward:  # a barrier orders accesses to mutated storage
+                self.touched_forward.add(o.name)
         self.out.append(barrier)
         self.origin.append(-1)
 

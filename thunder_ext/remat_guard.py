@@ -107,6 +107,9 @@ class BarrierSymbols:
     fuser: FusionExecutor | None = None
     dataflow: bool = False  # the compilation's fusion_type; unknown counts as consecutive
     inductor: bool = False
+    # Ordering barriers fused in a joint trace: the backward's regions are rematerialization
+    # consumers of the forward's, so the barrier pass pins the forward values they read.
+    backward: bool = False
 
     def fusible(self, bsym: BoundSymbol) -> bool:
         """Whether ``bsym`` may end up inside a fusion region."""
@@ -124,9 +127,11 @@ def barrier_symbols(
     pin = claimed_barrier_symbol(executors)
     inductor = any(getattr(ex, "name", None) == "torchcompile" for ex in executors or ())
     probe_arg = next((p for b in bsyms for p in b.flat_proxy_args if isinstance(p, TensorProxy)), None)
-    # With a backward in the joint trace, a fused barrier would join forward and backward
-    # bsyms in one region, which the forward/backward split then duplicates, write included.
-    if probe_arg is None or any(has_tags(b, {BoundSymbolTag.BACKWARD}) for b in bsyms):
+    # With a backward in the joint trace, consecutive fusion could join forward and backward
+    # bsyms in one region, which the forward/backward split then duplicates, write included;
+    # the dataflow partitioner never merges them.
+    backward = any(has_tags(b, {BoundSymbolTag.BACKWARD}) for b in bsyms)
+    if probe_arg is None or (backward and not dataflow):
         return BarrierSymbols(pin, pin, inductor=inductor)
     probe = prims.update_aliases.bind((probe_arg,), output=(probe_arg,))
     fusers = [ex for ex in executors or () if isinstance(ex, FusionExecutor)]
@@ -137,7 +142,7 @@ def barrier_symbols(
     others_fuse = any(_fuses(ex, b, when_unknown=True) for ex in fusers if ex is not fuser for b in bsyms)
     if others_fuse:
         return BarrierSymbols(pin, pin, inductor=inductor)
-    return BarrierSymbols(prims.update_aliases, pin, fuser, dataflow, inductor)
+    return BarrierSymbols(prims.update_aliases, pin, fuser, dataflow, inductor, backward)
 
 
 def partition_keeps_every_bsym(trace: TraceCtx, bsyms: Sequence[BoundSymbol], fuser: FusionExecutor) -> bool:
@@ -230,12 +235,17 @@ def unguarded_writes(
     """
     fusible = [symbols.fusible(b) for b in bsyms]
     if symbols.fuser is not None:
-        can_break = _has_interior_unfused(bsyms, fusible) if symbols.dataflow else _between_fused(fusible)
+        # The backward's reads of forward values go through pins of their own (symbols.backward).
+        fw = [(b, f) for b, f in zip(bsyms, fusible) if not has_tags(b, {BoundSymbolTag.BACKWARD})]
+        fw_bsyms, fw_fusible = [b for b, _ in fw], [f for _, f in fw]
+        can_break = _has_interior_unfused(fw_bsyms, fw_fusible) if symbols.dataflow else _between_fused(fw_fusible)
         if not can_break:
             return set()
     pinned: set[str] = set()
     fused_reads: set[str] = set()
     for b, f in zip(bsyms, fusible):
+        if symbols.backward and has_tags(b, {BoundSymbolTag.BACKWARD}):
+            continue
         (fused_reads if f else pinned).update(p.name for p in b.flat_proxy_args)
     out = set()
     for b, j in zip(bsyms, origin):
