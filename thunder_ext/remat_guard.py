@@ -16,9 +16,14 @@ Whether barriers are fused decides where regions can break, so the two are chose
   may then land in different regions, so every forward write that a fusible bsym reads gets
   a pin (:func:`unguarded_writes`).
 * **Barriers fused** (``torch_compile_ex`` fuses ``prims.update_aliases``, and the trace
-  has no backward: the forward/backward split cuts the joint trace by data dependence and
-  recomputes what it cannot cut, so a region holding a forward write and backward bsyms
-  would run the write twice).  Ordering barriers are bound as that prim and stay inside its
+  has no backward, or the fusion type is dataflow: under consecutive fusion the
+  forward/backward split cuts the joint trace by data dependence and recomputes what it
+  cannot cut, so a region holding a forward write and backward bsyms would run the write
+  twice; the dataflow partitioner never merges forward and backward bsyms).  With a
+  backward, the backward's regions are rematerialization consumers of the forward's, so
+  the forward writes get no pin there: instead the barrier pass pins, at the start of the
+  backward, every forward value the backward reads that was computed from mutated storage
+  (``BarrierSymbols.backward``, ``_Placer.pin_backward_reads``).  Ordering barriers are bound as that prim and stay inside its
   regions, which keep trace order, so they still order.  Regions can then only break at a
   bsym that executor cannot fuse: under consecutive fusion, one that stands between fusible
   bsyms in trace order; under dataflow fusion, one with fusible bsyms both upstream and
@@ -44,7 +49,8 @@ when it reaches the fusion pass (the barrier pass runs ``dce`` when it finds one
 
 Invariants:
 
-* the relaxed rule is used only when the trace has no backward and exactly one fusion
+* the relaxed rule is used only when the trace has no backward (or fuses by dataflow, and
+  the backward's reads are pinned as above) and exactly one fusion
   executor of the compilation can fuse anything in it, and that one fuses barriers;
   otherwise the conservative rule applies;
 * a bsym whose fusibility cannot be decided (``can_fuse`` raises) counts as not fusible when
