@@ -192,6 +192,7 @@ class _RegionEnd(NamedTuple):
     # What ends it: "use" (any use of the group), "write" (a write using the group), or
     # "write_into" (a write into the group).
     trigger: str
+    partial: bool = False  # ``who`` writes only part of a tensor (see ``_Placer.writes_part``)
 
 
 @dataclass(frozen=True)
@@ -445,7 +446,10 @@ class _Placer:
         In the second family a read of the written input alone is safe (``a.tanh_(); return
         a * a`` is right in one region, and ``a[0] = -0.5; s = a.sum(0); rv.add_(s)`` too); it
         is the next write that uses the input which goes wrong, so only a write ends the region
-        there, and plain Thunder's region count is kept on programs that only read it.
+        there, and plain Thunder's region count is kept on programs that only read it.  Every
+        wrong case found has a write into part of a tensor as one of the two writes; two
+        whole-tensor writes (``bn(bn(x).sin())`` in training mode writes the running stats
+        twice) are right in one region, so such a pair ends none (``write_after_write``).
 
         The third family: an input read, then written in part, with the read's value used
         again: ``t0 = b.sin(); b[0] = 0.5; t1 = a + t0; return t0, t1`` returns a ``t0`` whose
@@ -474,7 +478,7 @@ class _Placer:
     def end_region(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str], aliased: set[str]) -> None:
         used = {self.info.group_of(p) for p in tensor_args(bsym)}
         touched = sorted(
-            {g for g in used if (g, "use") in self.region_ends or (write_groups and (g, "write") in self.region_ends)}
+            {g for g in used if (g, "use") in self.region_ends or self.write_after_write(g, bsym, effect, write_groups)}
             | {g for g in write_groups if (g, "write_into") in self.region_ends and self.read_used_after(g, i)
                and self.writes_part_of(g, bsym, effect)}
             | aliased
@@ -494,6 +498,11 @@ class _Placer:
         for end in {(id(e.who), e.why): e for e in self.region_ends.values()}.values():
             plan.witnesses.append(end.witness)
             plan.reasons.append(f"torch.compile: {describe(bsym)} {end.why} {describe(end.who)}")
+        self.cross_cut(i, bsym, plan)
+
+    def cross_cut(self, i: int, bsym: BoundSymbol, plan: _Plan) -> None:
+        """Emit ``plan`` as the unfused barrier before ``bsym`` at which a new ``torch_compile_ex``
+        region starts, and route through it every value the regions after it still need."""
         self.region_ends.clear()
         self.derived_from.clear()
         self.derived_names.clear()
@@ -624,6 +633,25 @@ class _Placer:
         that write alone."""
         return any(self.last_use.get(n, -1) > i for n in self.derived_names.get(g, ()))
 
+    def write_after_write(self, g: str, bsym: BoundSymbol, effect, write_groups: set[str]) -> bool:
+        """Whether ``bsym`` is a write that uses ``g`` after a write into an input that used it,
+        with one of the two writing only part of a tensor (the second family of
+        :meth:`split_for_torch_compile`)."""
+        end = self.region_ends.get((g, "write"))
+        return bool(write_groups) and end is not None and (end.partial or self.writes_part(bsym, effect))
+
+    def writes_part(self, bsym: BoundSymbol, effect) -> bool:
+        """Whether ``bsym`` writes only part of some tensor: ``setitem_``, or through a view with
+        fewer elements than the largest member of its storage group (its base)."""
+        if bsym.sym.name == "setitem_":
+            return True
+        members = self.all_members()
+        for w in effect.writes:
+            whole = max((self.proxies[m].numel for m in members.get(self.info.group_of(w), ()) if m in self.proxies), default=0)
+            if w.numel < whole:
+                return True
+        return False
+
     def writes_part_of(self, g: str, bsym: BoundSymbol, effect) -> bool:
         """Whether ``bsym`` writes only part of the input storage ``g`` (setitem, or through a smaller view)."""
         if bsym.sym.name == "setitem_":
@@ -648,8 +676,11 @@ class _Placer:
         if write_groups & self.input_groups():
             # The inputs it reads too, not only the one it writes: `a[0] = rm; rm.mul_(0.9)` in
             # one region leaves a wrong `rm`.
+            partial = self.writes_part(bsym, effect)
             for g in read_inputs:
-                ends.setdefault((g, "write"), _RegionEnd(bsym, outs[0], "writes with an input after the write", "write"))
+                end = ends.get((g, "write"))
+                if end is None or (partial and not end.partial):
+                    ends[(g, "write")] = _RegionEnd(bsym, outs[0], "writes with an input after the write", "write", partial)
         # What this bsym's outputs derive from: its own reads of inputs, and what its arguments
         # derive from; a write's output is the new version of its destination, not a read of it.
         derived = set().union(*(self.derived_from.get(p.name, ()) for p in tensor_args(bsym)))
@@ -726,7 +757,12 @@ class _Placer:
         plan.witnesses = [lw.witness for lw in writes.values() if lw.witness is not None]
         plan.reasons = [f"remat: {describe(lw.bsym)} runs once" for lw in writes.values()]
         self.pending_remat.clear()
-        if plan.rename:
+        if plan.rename and self.options.symbols.inductor and not has_tags(bsym, {BoundSymbolTag.BACKWARD}):
+            # The pin starts a new region: what crosses it goes through it, as at a region end,
+            # or rematerialization could recompute it after the write (a fused ordering barrier
+            # and its witness included).
+            self.cross_cut(i, bsym, plan)
+        elif plan.rename:
             self.emit(plan, bsym, pin=True)
 
     def order_write(self, g: str, bsym: BoundSymbol, effect, my_anc: int, plan: _Plan) -> None:
