@@ -288,6 +288,7 @@ class _Placer:
         self.derived_names: dict[str, list[str]] = {}
         self.grad_taken: set[str] = set()  # arguments of get_grad so far, by stripped and current name
         self._all_members: dict[str, list[str]] | None = None
+        self._group_numel: dict[str, int] | None = None  # group -> elements of its largest member
         self._input_groups: set[str] | None = None
         self.routed: set[str] = set()  # names (any version) whose value a region end routed across the cut
         # Since the last cut: name (any version) -> (the cut output it is a version of, its
@@ -645,12 +646,12 @@ class _Placer:
         fewer elements than the largest member of its storage group (its base)."""
         if bsym.sym.name == "setitem_":
             return True
-        members = self.all_members()
-        for w in effect.writes:
-            whole = max((self.proxies[m].numel for m in members.get(self.info.group_of(w), ()) if m in self.proxies), default=0)
-            if w.numel < whole:
-                return True
-        return False
+        if self._group_numel is None:  # once per pass: a scan per write would be quadratic on loops
+            self._group_numel = {}
+            for name, p in self.proxies.items():
+                g = self.info.group_of(name)
+                self._group_numel[g] = max(self._group_numel.get(g, 0), p.numel)
+        return any(w.numel < self._group_numel.get(self.info.group_of(w), 0) for w in effect.writes)
 
     def writes_part_of(self, g: str, bsym: BoundSymbol, effect) -> bool:
         """Whether ``bsym`` writes only part of the input storage ``g`` (setitem, or through a smaller view)."""

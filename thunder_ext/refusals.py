@@ -30,7 +30,7 @@ from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 
-from thunder_ext.alias_analysis import input_names, storage_groups
+from thunder_ext.alias_analysis import AliasInfo, input_names, storage_groups
 from thunder_ext.barriers import BarrierReport, strip_barriers
 from thunder_ext.errors import (
     GradInputWriteError,
@@ -49,9 +49,16 @@ def refuse_unsupported_gradients(
     refuse_view_gradients(report, diff)
     refuse_returned_input_with_new_history(after, diff)
     refuse_gradless_overwrite(before, diff)
-    refuse_written_grad_inputs(before)
+    stripped = _stripped_storage(before)  # both class-9 checks read the same analysis
+    refuse_written_grad_inputs(before, stripped)
     refuse_running_stats_with_grad(before, diff)
-    refuse_writes_through_grad_input_views(before, nvfuser_may_run=nvfuser_may_run)
+    refuse_writes_through_grad_input_views(before, stripped, nvfuser_may_run=nvfuser_may_run)
+
+
+def _stripped_storage(trace: TraceCtx) -> tuple[list[BoundSymbol], AliasInfo]:
+    """The trace's bsyms with Thunder's own barriers stripped, and their alias analysis."""
+    bsyms = strip_barriers(trace.bound_symbols)[0]
+    return bsyms, storage_groups(bsyms, input_names(trace))
 
 
 def refuse_view_gradients(report: BarrierReport, diff: set[str]) -> None:
@@ -193,7 +200,7 @@ def _returned_outputs(bsyms: Sequence[BoundSymbol]) -> list[TensorProxy]:
     return [p for p in tree_flatten(value)[0] if isinstance(p, TensorProxy)]
 
 
-def refuse_written_grad_inputs(trace: TraceCtx) -> None:
+def refuse_written_grad_inputs(trace: TraceCtx, stripped: tuple[list[BoundSymbol], AliasInfo] | None = None) -> None:
     """Class 9: refuse a write to an input that requires grad when an output depends on that input.
 
     Thunder treats a written input as a gradient sink: the call returns outputs without the
@@ -201,11 +208,10 @@ def refuse_written_grad_inputs(trace: TraceCtx) -> None:
     not require grad), where eager gives the caller's tensor a gradient.  An output that does
     not depend on the written input keeps its gradients, so that case is let through.
     """
-    bsyms = strip_barriers(trace.bound_symbols)[0]
     grad_inputs = [a for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad]
     if not grad_inputs:
         return
-    info = storage_groups(bsyms, input_names(trace))
+    bsyms, info = stripped or _stripped_storage(trace)
     outputs = _returned_outputs(bsyms)
     for x in grad_inputs:
         write = next((b for b, e in zip(bsyms, info.effects) if any(info.group_of(w) == info.group_of(x) for w in e.writes)), None)
@@ -234,7 +240,9 @@ def _writes_with_grad(bsym: BoundSymbol) -> bool:
     return not _copies_without_grad(bsym)
 
 
-def refuse_writes_through_grad_input_views(trace: TraceCtx, *, nvfuser_may_run: bool = False) -> None:
+def refuse_writes_through_grad_input_views(
+    trace: TraceCtx, stripped: tuple[list[BoundSymbol], AliasInfo] | None = None, *, nvfuser_may_run: bool = False
+) -> None:
     """Refuse a write, with grad enabled, through a view of an input that requires grad.
 
     The compiled forward runs under ``no_grad``, and a view made there of a tensor that
@@ -251,8 +259,7 @@ def refuse_writes_through_grad_input_views(trace: TraceCtx, *, nvfuser_may_run: 
     grad_inputs = [a for a in grad_inputs if not (nvfuser_may_run and a.device.type == "cuda")]
     if not grad_inputs:
         return
-    bsyms = strip_barriers(trace.bound_symbols)[0]
-    info = storage_groups(bsyms, input_names(trace))
+    bsyms, info = stripped or _stripped_storage(trace)
     by_group = {info.group_of(a): a for a in grad_inputs}
     itself = {a.name for a in grad_inputs}  # names bound to the input tensor itself at run time
     for bsym, effect in zip(bsyms, info.effects):

@@ -23,8 +23,9 @@ Whether barriers are fused decides where regions can break, so the two are chose
   backward, the backward's regions are rematerialization consumers of the forward's, so
   the forward writes get no pin there: instead the barrier pass pins, at the start of the
   backward, every forward value the backward reads that was computed from mutated storage
-  (``BarrierSymbols.backward``, ``_Placer.pin_backward_reads``).  Ordering barriers are bound as that prim and stay inside its
-  regions, which keep trace order, so they still order.  Regions can then only break at a
+  (``BarrierSymbols.backward``, ``_Placer.pin_backward_reads``).  Ordering barriers are
+  bound as that prim and stay inside its regions, which keep trace order, so they still
+  order.  Regions can then only break at a
   bsym that executor cannot fuse: under consecutive fusion, one that stands between fusible
   bsyms in trace order; under dataflow fusion, one with fusible bsyms both upstream and
   downstream of it in the data graph.  Without such a bsym the fusible bsyms of a
