@@ -44,13 +44,14 @@ Guarantees:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import thunder.torch as ltorch
 from thunder.core import dtypes, prims
 from thunder.core.proxies import TensorProxy, variableify
-from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
+from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol, has_tags
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.extend import Executor
 
@@ -128,10 +129,33 @@ def _write_form(bsym: BoundSymbol) -> _Write | None:
     return _Write(dst=dst, src=src, out=outs[0] if outs else None, pre=pre)
 
 
+def _is_identity(bsym: BoundSymbol, effect) -> bool:
+    """An op that hands back its first tensor argument unchanged: a composite whose every leaf is
+    ``shallow_copy`` (no-op ``to``/``type``/``type_as``/``float``, ``dropout`` with ``p=0`` or in
+    eval mode), with that argument's shape and dtype.  Called again on a new value, it gives that value."""
+    args, outs = tensor_args(bsym), tensor_outs(bsym)
+    if not bsym.subsymbols or effect.writes or len(outs) != 1:
+        return False
+    if [(o.name, a.name) for o, a in effect.aliases] != [(outs[0].name, args[0].name)]:
+        return False
+    if tuple(outs[0].shape) != tuple(args[0].shape) or outs[0].dtype != args[0].dtype:
+        return False
+    return all(PrimIDs.SHALLOW_COPY in origin_ids(leaf) for leaf in _prims_of(bsym))
+
+
+def _prims_of(bsym: BoundSymbol):
+    """The indivisible subsymbols of a composite, however deeply nested (``type_as`` -> ``to`` -> prims)."""
+    for sub in bsym.subsymbols:
+        if sub.subsymbols:
+            yield from _prims_of(sub)
+        else:
+            yield sub
+
+
 def _view_form(bsym: BoundSymbol, effect) -> str | None:
-    """'rw' for a pure selection view, 'r' for one that repeats elements, None otherwise."""
+    """'rw' for a pure selection view or an identity op, 'r' for a view that repeats elements, None otherwise."""
     if not effect.is_view:
-        return None
+        return "rw" if _is_identity(bsym, effect) else None
     args = tensor_args(bsym)
     ids = origin_ids(bsym)
     if len(args) != 1 or ids & _NOT_REPLAYABLE:
@@ -156,6 +180,7 @@ class _Functionalizer:
         self.view_of: dict[tuple, tuple[int, int, tuple]] = {}  # view node -> (bsym index, out index, parent)
         self.writes: dict[int, _Write] = {}
         self.read_only: dict[tuple, bool] = {}  # view node -> it repeats elements (no writes through it)
+        self.identities: set[tuple] = set()  # view nodes made by an identity op: they select everything
         self.groups = self.plan()
 
     # -- which groups -------------------------------------------------------------------------
@@ -169,6 +194,10 @@ class _Functionalizer:
         bad: set[str] = set()
         bases: dict[str, int] = {}
         src_groups: dict[str, set[str]] = {}
+        last_write: dict[str, int] = {}  # group -> index of the last bsym that writes it
+        for i, effect in enumerate(info.effects):
+            for w in effect.writes:
+                last_write[info.group_of(w)] = i
         for i, (bsym, effect) in enumerate(zip(self.bsyms, info.effects)):
             gs = {info.group_of(p) for p in (*tensor_args(bsym), *tensor_outs(bsym))} & candidates
             if not gs:
@@ -192,7 +221,13 @@ class _Functionalizer:
                         src_groups.setdefault(g, set()).add(info.group_of(w.src))
             elif effect.aliases:
                 form = _view_form(bsym, effect)
-                arg = tensor_args(bsym)[0] if tensor_args(bsym) else None
+                args = tensor_args(bsym)
+                arg = args[0] if args and all(a.name == args[0].name for _, a in effect.aliases) else None
+                if form is None and arg is not None and last_write.get(info.group_of(arg), -1) < i:
+                    # No write to the storage follows (a ``contiguous``, ``reshape`` or ``detach``
+                    # after the last write): the alias is read only, as the value it has now, and is
+                    # never replayed, so whether it copies or aliases makes no difference.
+                    form = "r"
                 if form is None or arg is None or arg.name not in self.node:
                     bad.update(info.group_of(o) for o, _ in effect.aliases)
                     continue
@@ -201,6 +236,8 @@ class _Functionalizer:
                     self.view_of[n] = (i, k, self.node[arg.name])
                     self.node[o.name] = n
                     self.read_only[n] = form == "r" or self.read_only.get(self.node[arg.name], False)
+                    if not effect.is_view and form == "rw":
+                        self.identities.add(n)
             for o in tensor_outs(bsym):
                 g = info.group_of(o)
                 if g in candidates and o.name not in aliased and o.name not in self.node:
@@ -274,8 +311,10 @@ class _Functionalizer:
 
     def replay(self, view: BoundSymbol, new_input: TensorProxy, like: BoundSymbol) -> list[TensorProxy]:
         """Call ``view``'s symbol again on ``new_input``; emit its bsyms before ``like``."""
-        arg = tensor_args(view)[0]
-        swapped = view.from_bsym_swap_proxies({variableify(arg): new_input}, skip_output=True)
+        arg, *others = tensor_args(view)
+        swap = self.values_for(like, others)  # type_as's second argument, read for its dtype
+        swap[variableify(arg)] = new_input
+        swapped = view.from_bsym_swap_proxies(swap, skip_output=True)
         bsyms, result = self.record(lambda: swapped.sym(*swapped.args, **swapped.kwargs))
         self.emit(bsyms, like)
         return [p for p in _flat(result) if isinstance(p, TensorProxy)]
@@ -366,7 +405,10 @@ class _Functionalizer:
                 return None
         swap = self.values_for(bsym, tensor_args(bsym))
         swapped = bsym.from_bsym(args=tuple(args), kwargs=kwargs).from_bsym_swap_proxies(swap, skip_output=True)
-        return lambda: oop(*swapped.args, **swapped.kwargs)
+        call = (swapped.args, swapped.kwargs) if index >= 0 else _arguments_for(bsym.sym, oop, swapped.args, swapped.kwargs)
+        if call is None:
+            return None
+        return lambda: oop(*call[0], **call[1])
 
     def scatter(self, g: str, base: TensorProxy, n: tuple, value: TensorProxy, like: BoundSymbol) -> TensorProxy:
         """``base`` with the elements that node ``n``'s view selects replaced by ``value``, out of place."""
@@ -375,6 +417,10 @@ class _Functionalizer:
             path.append(self.view_of[n])
             n = self.view_of[n][2]
         path.reverse()
+        # An identity op selects every element: writing through it writes its input whole.
+        path = [step for step in path if (step[0], step[1]) not in self.identities]
+        if not path:
+            return value
         direct = self.direct_scatter(base, path, value)
         if direct is not None:
             bsyms, result = self.record(direct)
@@ -436,6 +482,36 @@ class _Functionalizer:
         if step <= 0 or start >= stop:
             return None
         return lambda: ltorch.index_copy(base, d, ltorch.arange(start, stop, step, device=base.device), value)
+
+
+def _arguments_for(inplace: Symbol, out_of_place: Symbol, args: tuple, kwargs: dict) -> tuple[list, dict] | None:
+    """The arguments of ``inplace``'s call rearranged for ``out_of_place``, matched by parameter name
+    (``polygamma_(a, n)`` -> ``polygamma(n, a)``); None when the two signatures do not correspond."""
+    try:
+        given = inspect.signature(inplace.meta).bind(*args, **kwargs).arguments
+        target = inspect.signature(out_of_place.meta).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    given = dict(given)
+    positional, named = [], {}
+    for p in target:
+        if p.name not in given:
+            if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                return None
+            if p.kind == p.POSITIONAL_ONLY:
+                positional.append(p.default)  # holds the place of a later positional-only argument
+            continue
+        value = given.pop(p.name)
+        if p.kind == p.POSITIONAL_ONLY:
+            positional.append(value)
+        elif p.kind == p.VAR_POSITIONAL:
+            positional.extend(value)
+        elif p.kind == p.VAR_KEYWORD:
+            named.update(value)
+        else:
+            named[p.name] = value
+    # An argument the out-of-place form has no parameter for: not the same operation.
+    return None if given else (positional, named)
 
 
 def _same_kind(a: TensorProxy, b: TensorProxy) -> bool:

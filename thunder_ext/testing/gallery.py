@@ -294,6 +294,28 @@ def groupnorm_silu_block(x, gn_w, gn_b, conv_w, conv_b):
     return h
 
 
+def identity_ops_after_write(x, w):
+    # Each op hands back its input unchanged (Thunder traces a shallow_copy, or contiguous), after an
+    # in-place write whose backward needs the value from before it.
+    h = x * w
+    h.sin_()
+    a = F.dropout(h, 0.0, training=False)
+    b = F.dropout(h, 0.0, training=True)
+    c = h.to(torch.float32)
+    d = h.type_as(x)
+    e = h.contiguous()
+    return a + b * 2 + c * 3 + d * 4 + e * 5 + x
+
+
+def diffusers_resnet_block(x, gn_w, gn_b, conv_w, conv_b):
+    # A diffusers-style residual block in training mode: GroupNorm, in-place SiLU, a no-op dropout.
+    h = F.group_norm(x, 2, gn_w, gn_b)
+    h = F.silu(h, inplace=True)
+    h = torch.nn.Dropout(p=0.0)(h)
+    h = F.conv2d(h, conv_w, conv_b, padding=1)
+    return x + h
+
+
 # -- refused: class 5 on observable storage -----------------------------------------------------
 
 
@@ -348,6 +370,11 @@ def _block_build():
                                   _t(4, grad=True)), {}
 
 
+def _diffusers_build():
+    return diffusers_resnet_block, (_t(2, 4, 5, 5, grad=True), _t(4, grad=True), _t(4, grad=True),
+                                    _t(4, 4, 3, 3, grad=True), _t(4, grad=True)), {}
+
+
 def _index_copy_build():
     return index_copy_cache, (torch.zeros(6, 4), _t(2, 4), torch.tensor([1, 4])), {}
 
@@ -383,6 +410,9 @@ PROGRAMS: tuple[Program, ...] = (
     ),
     Program("mlp_inplace_activations", _mlp_build, "6 private", grad=True, plain_fails=True),
     Program("groupnorm_silu_block", _block_build, "6 private", grad=True, plain_fails=True),
+    Program("identity_ops_after_write", _grad_inputs(identity_ops_after_write, [((4, 3), True), ((4, 3), True)]),
+            "6 private, identity ops", grad=True, plain_fails=True),
+    Program("diffusers_resnet_block", _diffusers_build, "6 private, identity op", grad=True, plain_fails=True),
     Program("war_long_chain_grad", _grad_inputs(war_long_chain, [((4, 3), False), ((4, 3), True)]), "6 refused", grad=True,
             refused=True),
     Program("grad_through_view_of_input", _grad_inputs(grad_through_view_of_input, [((4, 3), False), ((3,), True)]),
