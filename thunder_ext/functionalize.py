@@ -23,12 +23,15 @@ Invariants this pass relies on:
   ``copy_(src, dst)`` with ``dst`` one of its arguments, its output the ``copy_``'s output,
   and no other write in it (every ``ltorch`` in-place op and ``inplace=True`` variant traces
   so); ``src`` has ``dst``'s shape, dtype and device;
-* every alias edge of a rewritten group is such a write or a *pure selection view* (its output
+* every alias edge of a rewritten group is such a write, a *pure selection view* (its output
   elements are elements of its only tensor argument, same dtype; see :data:`_NOT_REPLAYABLE`),
-  and the group has exactly one member not made by an alias edge: its base.  Anything else
-  (a ``reshape`` that may copy, ``detach``, a dtype view, ``as_strided``, a view with a
-  tensor index, an unknown composite) leaves the whole group as it was, with its writes and
-  today's barriers: the pass never guesses;
+  an *identity op* (a composite of ``shallow_copy`` only: no-op ``to``/``type_as``, ``dropout``
+  with ``p=0``; :func:`_is_identity`), or any alias made after the group's last write (read as
+  the value it has then, never replayed, so a ``contiguous`` or ``reshape`` that may copy is
+  fine there); and the group has exactly one member not made by an alias edge: its base.
+  Anything else (a ``reshape`` that may copy followed by a write, ``detach`` before a write, a
+  dtype view, ``as_strided``, a view with a tensor index, an unknown composite) leaves the
+  whole group as it was, with its writes and today's barriers: the pass never guesses;
 * a write through a view that repeats elements (``expand``, ``unfold``) is left as it is;
 * the value written is never an alias of storage that keeps an in-place write, since the
   rewritten group would then alias a tensor that still changes.
