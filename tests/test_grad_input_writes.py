@@ -152,3 +152,66 @@ def test_write_through_view_of_grad_input_without_grad_matches_eager(config: Con
     expected = _run(write_through_view_without_grad)
     got = _run(compile_fn(write_through_view_without_grad, config))
     torch.testing.assert_close(got, expected)
+
+
+# -- writes made with grad disabled: never refused, and eager's gradients ------------------------
+#
+# In eager a write under ``torch.no_grad()`` changes the data and keeps the tensor's autograd
+# history: later reads differentiate into the tensor as it was (an EMA update, then a read).
+# Thunder's write output is constant for autodiff, so plain Thunder drops that gradient; the
+# transform reads such storage through a straight-through barrier instead.
+
+
+def ema_under_no_grad(x, w):
+    with torch.no_grad():
+        x.lerp_(w, 0.1)
+    return (x * x).sum() + w.sum()
+
+
+def chained_writes_under_no_grad(x, w):
+    with torch.no_grad():
+        t = x.mul_(0.9).add_(w, alpha=0.1)
+    return t * 2 + x.sin()
+
+
+def set_grad_enabled_false(x, w):
+    torch.set_grad_enabled(False)
+    x.add_(w)
+    torch.set_grad_enabled(True)
+    return x * w
+
+
+@torch.no_grad()
+def decorated_no_grad(x, w):
+    x.lerp_(w, 0.5)
+    return x * 2
+
+
+def private_write_under_no_grad(x, w):
+    h = x * w
+    with torch.no_grad():
+        h.mul_(2)  # h keeps its history; the gradient sees the doubled data
+    return h.sum() + (h * h).sum()
+
+
+NO_GRAD_WRITES = [ema_under_no_grad, chained_writes_under_no_grad, set_grad_enabled_false, decorated_no_grad,
+                  private_write_under_no_grad]
+
+
+@pytest.mark.parametrize("config", MATRIX, ids=config_id)
+@pytest.mark.parametrize("fn", NO_GRAD_WRITES, ids=lambda f: f.__name__)
+def test_write_without_grad_matches_eager(fn, config: Config):
+    """Outputs, the written input, and the leaves' gradients are eager's; nothing is refused."""
+    expected = _run(fn)
+    got = _run(compile_fn(fn, config))
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("fn", [ema_under_no_grad, chained_writes_under_no_grad, private_write_under_no_grad],
+                         ids=lambda f: f.__name__)
+def test_plain_thunder_drops_the_gradient_after_a_write_without_grad(fn):
+    """Why the cells above are evidence: plain Thunder gets these gradients wrong."""
+    eager = _run(fn)
+    plain = _run(compile_fn(fn, PLAIN_HAZARD))
+    assert eager[2] is not None
+    assert plain[2] is None or not torch.allclose(plain[2], eager[2])

@@ -59,6 +59,7 @@ from thunder_ext.alias_analysis import AliasInfo, StorageGroups, accessed_groups
 from thunder_ext.errors import PartitionerWouldDropError, PlacementDidNotConvergeError, UnorderableAccessError
 from thunder_ext.op_kinds import (
     describe,
+    effect_of,
     is_barrier,
     is_copy,
     is_copy_composite,
@@ -66,6 +67,7 @@ from thunder_ext.op_kinds import (
     tensor_args,
     tensor_outs,
     view_kind,
+    writes_with_grad,
 )
 from thunder_ext.remat_guard import (
     BarrierSymbols,
@@ -140,18 +142,44 @@ def strip_barriers(bsyms: Sequence[BoundSymbol]) -> tuple[list[BoundSymbol], dic
     swap: dict = {}
     out: list[BoundSymbol] = []
     dropped: dict[tuple[str, ...], list[tuple[TensorProxy, ...]]] = {}
+    producer: dict[str, BoundSymbol] = {}
     for bsym in bsyms:
         if is_barrier(bsym):
             ins = [swap.get(variableify(i), i) for i in tensor_args(bsym)]
             outs = tensor_outs(bsym)
+            newer = _written_versions(ins, producer)
             for o, i in zip(outs, ins):
-                swap[variableify(o)] = i
+                swap[variableify(o)] = newer.get(i.name, i)
             dropped.setdefault(tuple(i.name for i in ins), []).append(tuple(outs))
             continue
         # Swap only what this bsym reads: Thunder's swap walks the whole map for every proxy.
         mine = {v: swap[v] for v in map(variableify, bsym.flat_proxy_args) if v in swap} if swap else None
         out.append(bsym.from_bsym_swap_proxies(mine) if mine else bsym)
+        for p in bsym.flat_proxy_outs:
+            producer[p.name] = out[-1]
     return out, dropped, {k.proxy.name: v.name for k, v in swap.items()}
+
+
+def _written_versions(ins: Sequence[TensorProxy], producer: dict[str, BoundSymbol]) -> dict[str, TensorProxy]:
+    """For a barrier over ``ins``: input name -> another input that is a write's output over it.
+
+    Such a barrier output holds the written data (the straight-through barrier after a write
+    made with grad disabled, ``_Placer.straight_through``), so stripping resolves it to the
+    write's output, not to the version the write replaced.
+    """
+    if len(ins) < 2:
+        return {}
+    names = {i.name for i in ins}
+    newer: dict[str, TensorProxy] = {}
+    for j in ins:
+        write = producer.get(j.name)
+        if write is None:
+            continue
+        effect = effect_of(write)
+        for o, a in effect.aliases:
+            if o.name == j.name and a.name in names and any(a is w for w in effect.writes):
+                newer.setdefault(a.name, j)
+    return newer
 
 
 def _witness(bsym: BoundSymbol, prefer: Sequence[TensorProxy] = ()) -> TensorProxy | None:
@@ -244,6 +272,9 @@ class _Placer:
         self.report = BarrierReport()
         self.remat_writes = remat_writes  # stripped indices of writes to guard (see place_barriers)
         self.differentiable = differentiable  # witnesses never to use (see place_barriers)
+        # Versions that carry gradients: a write with grad disabled into one gets a straight-through barrier.
+        self.grad_versions: set[str] = set(differentiable)
+        self.straight_versions: set[str] = set()  # the versions straight_through made
         self.origin: list[int] = []  # output position -> stripped index (-1 for a barrier)
         self.out: list[BoundSymbol] = []
 
@@ -403,6 +434,8 @@ class _Placer:
             if plan:
                 self.emit(plan, bsym)
             cur = self.renamed(bsym)
+            if is_return(bsym) and self.straight_versions:
+                cur = self.keep_grad_inputs(cur)
             my_anc = self.ancestry(cur)
             if is_return(bsym):
                 self.check_inputs_reached(my_anc)
@@ -418,7 +451,10 @@ class _Placer:
         # A write's output is the new version of what it wrote.
         for o, a in effect.aliases:
             if any(a is w for w in effect.writes):
-                self.bump(self.current(a), o, bsym)
+                prev = self.current(a)
+                self.bump(prev, o, bsym)
+                if prev.name in self.grad_versions and not writes_with_grad(bsym):
+                    self.straight_through(prev, o, bsym)
         self.note_region_ends(bsym, effect, write_groups)
         if i in self.remat_writes and effect.writes and not backward:
             for g in write_groups:
@@ -766,6 +802,49 @@ class _Placer:
         elif plan.rename:
             self.emit(plan, bsym, pin=True)
 
+    def straight_through(self, prev: TensorProxy, out: TensorProxy, write: BoundSymbol) -> None:
+        """After a write made with grad disabled, later reads of ``prev`` differentiate into ``prev``.
+
+        In eager such a write changes the data and leaves the autograd history alone (an EMA's
+        ``with torch.no_grad(): e.lerp_(p, 0.1)``, then ``e.norm()``).  Thunder's write output is
+        constant for autodiff, so reading it would drop the gradient.  One barrier over the old
+        version and the write's output gives a new version of ``dest`` that holds the new data
+        (ordered after the write) and whose gradient goes, through ``update_aliases``' identity
+        VJP, to the old version ``prev``.  :func:`strip_barriers` resolves it to the write's output.
+        """
+        plan = _Plan(
+            rename={prev.name: (prev, write)},
+            witnesses=[out],
+            reasons=[f"no-grad write: later reads of `{prev.name}` keep its gradient ({describe(write)})"],
+        )
+        self.emit(plan, write)  # after the write, which is already out
+        self.grad_versions.add(self.current(prev).name)
+        self.straight_versions.add(self.current(prev).name)
+
+    def keep_grad_inputs(self, cur: BoundSymbol) -> BoundSymbol:
+        """The return's ``flat_args`` keep an input's own name where its newest version is straight-through.
+
+        Thunder's grad transform collects the inputs' gradients by the names in ``flat_args``;
+        a newer version there would get none (plain Thunder's gradient sink).  Ordering the
+        write before the return is then the fusion-stage pass's job, as for a dropped witness.
+        """
+        now = cur.args[0] if cur.args else None
+        if not isinstance(now, dict) or "flat_args" not in now:
+            return cur
+        # The input each straight-through version is the newest version of (Thunder's own alias
+        # pass already renamed flat_args to the write's output, so the name is found this way).
+        newest = {}
+        for x in self.inputs:
+            if x in self.proxies:
+                newest.setdefault(self.current(self.proxies[x]).name, []).append(self.proxies[x])
+        flat = [
+            newest[c.name][0]
+            if isinstance(c, TensorProxy) and c.name in self.straight_versions and len(newest.get(c.name, ())) == 1
+            else c
+            for c in now["flat_args"]
+        ]
+        return cur.from_bsym(args=({**now, "flat_args": flat}, *cur.args[1:]))
+
     def order_write(self, g: str, bsym: BoundSymbol, effect, my_anc: int, plan: _Plan) -> None:
         """WAR/WAW: every access to ``g`` since its last write must reach this write."""
         unreached = [(wit, who) for bit, wit, who in self.epoch.get(g, ()) if not (my_anc >> bit) & 1]
@@ -860,6 +939,9 @@ class _Placer:
     def check_inputs_reached(self, ret_anc: int) -> None:
         for g in self.info.input_groups:
             lw = self.last_write.get(g)
+            if lw is not None and self.current(lw.dest).name in self.straight_versions:
+                self.report.dropped_witnesses += 1  # see keep_grad_inputs
+                continue
             if lw is not None and lw.witness is not None and self.dropped(lw.witness):
                 # The witness that would order it carries gradients: this order is the
                 # fusion-stage pass's job (see place_barriers), which checks it there.
@@ -1025,7 +1107,9 @@ def _place_barriers(
     functionalized: list[BoundSymbol] = []
     dead_functional: list[BoundSymbol] = []
     if functional:
-        stripped, freport = functionalize(trace, new_trace, stripped, input_names(trace), executors, effects)
+        stripped, freport = functionalize(
+            trace, new_trace, stripped, input_names(trace), executors, effects, frozenset(differentiable)
+        )
         functionalized = freport.rewritten
         if functionalized:
             # What only the rewritten writes' old versions needed is dead now.

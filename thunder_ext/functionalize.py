@@ -59,7 +59,7 @@ from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import storage_groups
-from thunder_ext.op_kinds import effect_of, is_copy, origin_ids, tensor_args, tensor_outs
+from thunder_ext.op_kinds import effect_of, is_copy, origin_ids, tensor_args, tensor_outs, writes_with_grad
 
 PrimIDs = prims.PrimIDs
 
@@ -173,9 +173,17 @@ _BASE = ("base",)
 
 class _Functionalizer:
     def __init__(
-        self, trace: TraceCtx, new_trace: TraceCtx, bsyms: list[BoundSymbol], inputs: set[str], executors, effects
+        self,
+        trace: TraceCtx,
+        new_trace: TraceCtx,
+        bsyms: list[BoundSymbol],
+        inputs: set[str],
+        executors,
+        effects,
+        differentiable: frozenset[str] = frozenset(),
     ):
         self.trace, self.new_trace, self.bsyms = trace, new_trace, bsyms
+        self.differentiable = differentiable
         self.executors = executors
         self.info = storage_groups(bsyms, inputs, cache=effects)
         self.report = FunctionalizeReport()
@@ -209,7 +217,12 @@ class _Functionalizer:
             if effect.writes:
                 w = _write_form(bsym)
                 g = info.group_of(effect.writes[0])
-                if w is None or len(effect.writes) != 1 or w.dst.name not in self.node:
+                if w is not None and w.dst.name in self.differentiable and not writes_with_grad(bsym):
+                    # A write made with grad disabled keeps the history of what it wrote (eager); its
+                    # out-of-place value would not, so the write stays, behind a straight-through
+                    # barrier (:meth:`thunder_ext.barriers._Placer.straight_through`).
+                    bad.add(g)
+                elif w is None or len(effect.writes) != 1 or w.dst.name not in self.node:
                     # Every group it writes keeps this write, so none of them can go functional;
                     # what else it makes is new storage all the same (batch_norm's output, next
                     # to its running-stat writes), so its outputs are still registered below.
@@ -552,13 +565,15 @@ def functionalize(
     inputs: set[str],
     executors: Sequence[Executor] | None = None,
     effects: dict | None = None,
+    differentiable: frozenset[str] = frozenset(),
 ) -> tuple[list[BoundSymbol], FunctionalizeReport]:
     """Rewrite the writes to private storage in ``bsyms`` (barriers already stripped) out of place.
 
     ``new_trace`` names the new proxies.  ``executors`` is given at the fusion stage, where
     the bsyms the pass adds must be claimed by them.  Returns the new bsyms (not yet
     dead-code eliminated) and a report.  ``effects`` is a cache for
-    :func:`thunder_ext.alias_analysis.storage_groups`.
+    :func:`thunder_ext.alias_analysis.storage_groups`.  ``differentiable`` (before autodiff) names
+    the tensors gradients flow through: a write into one made with grad disabled stays in place.
     """
-    f = _Functionalizer(trace, new_trace, bsyms, inputs, executors, effects)
+    f = _Functionalizer(trace, new_trace, bsyms, inputs, executors, effects, differentiable)
     return f.run(), f.report

@@ -220,6 +220,22 @@ def _composite_effect(bsym: BoundSymbol) -> Effect:
     return Effect(writes=writes, aliases=aliases)
 
 
+def copies_without_grad(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` holds a ``copy_`` traced with grad disabled (``torch.no_grad()``, a function
+    decorated with it, ``torch.set_grad_enabled(False)``): Thunder records the mode on the copy."""
+    return any(
+        (is_copy(sub) and sub.kwargs.get("grad_enabled") is False) or copies_without_grad(sub)
+        for sub in bsym.subsymbols
+    )
+
+
+def writes_with_grad(bsym: BoundSymbol) -> bool:
+    """Whether a write was traced with grad enabled (a write made under no-grad has no autograd history)."""
+    if is_copy(bsym):
+        return bsym.kwargs.get("grad_enabled") is not False
+    return not copies_without_grad(bsym)
+
+
 def source_line(bsym: BoundSymbol) -> str:
     """'file:line' of the user code that produced ``bsym``, or '<unknown source>'."""
     pos = getattr(bsym, "source_positions", None)

@@ -39,7 +39,7 @@ from thunder_ext.errors import (
     SavedTensorMutationError,
     ViewGradientError,
 )
-from thunder_ext.op_kinds import effect_of, is_copy, is_return, tensor_args
+from thunder_ext.op_kinds import copies_without_grad, effect_of, is_copy, is_return, tensor_args, writes_with_grad
 
 
 def refuse_unsupported_gradients(
@@ -98,20 +98,13 @@ def differentiable_names(trace: TraceCtx) -> set[str]:
         # Factories shaped like their input (zeros_like, ...) carry no gradient, and neither
         # does an in-place op traced under no_grad (its copy_ says grad_enabled=False: by the
         # time transforms run, Thunder has dropped the set_grad_enabled markers).
-        if str(bsym.sym.id).endswith("_like") or _copies_without_grad(bsym):
+        if str(bsym.sym.id).endswith("_like") or copies_without_grad(bsym):
             continue
         if any(p.name in names for p in bsym.flat_proxy_args):
             names.update(
                 p.name for p in bsym.flat_proxy_outs if isinstance(p, TensorProxy) and dtypes.is_inexact_dtype(p.dtype)
             )
     return names
-
-
-def _copies_without_grad(bsym) -> bool:
-    return any(
-        (is_copy(sub) and sub.kwargs.get("grad_enabled") is False) or _copies_without_grad(sub)
-        for sub in bsym.subsymbols
-    )
 
 
 def refuse_returned_input_with_new_history(trace: TraceCtx, diff: set[str]) -> None:
@@ -206,7 +199,9 @@ def refuse_written_grad_inputs(trace: TraceCtx, stripped: tuple[list[BoundSymbol
     Thunder treats a written input as a gradient sink: the call returns outputs without the
     history that leads back to it (``t = x + 1; x.add_(1); return t`` returns a ``t`` that does
     not require grad), where eager gives the caller's tensor a gradient.  An output that does
-    not depend on the written input keeps its gradients, so that case is let through.
+    not depend on the written input keeps its gradients, so that case is let through, and so is
+    a write made with grad disabled (``torch.no_grad()``): it has no history to give, and later
+    reads differentiate into the input as in eager (the barrier pass's straight-through barrier).
     """
     grad_inputs = [a for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad]
     if not grad_inputs:
@@ -214,7 +209,14 @@ def refuse_written_grad_inputs(trace: TraceCtx, stripped: tuple[list[BoundSymbol
     bsyms, info = stripped or _stripped_storage(trace)
     outputs = _returned_outputs(bsyms)
     for x in grad_inputs:
-        write = next((b for b, e in zip(bsyms, info.effects) if any(info.group_of(w) == info.group_of(x) for w in e.writes)), None)
+        write = next(
+            (
+                b
+                for b, e in zip(bsyms, info.effects)
+                if writes_with_grad(b) and any(info.group_of(w) == info.group_of(x) for w in e.writes)
+            ),
+            None,
+        )
         if write is None:
             continue
         # Everything computed from x's storage, before or after the write.
@@ -232,12 +234,6 @@ def refuse_written_grad_inputs(trace: TraceCtx, stripped: tuple[list[BoundSymbol
                 write,
                 trace.bound_symbols[-1],
             )
-
-
-def _writes_with_grad(bsym: BoundSymbol) -> bool:
-    if is_copy(bsym):
-        return bsym.kwargs.get("grad_enabled") is not False
-    return not _copies_without_grad(bsym)
 
 
 def refuse_writes_through_grad_input_views(
@@ -265,7 +261,7 @@ def refuse_writes_through_grad_input_views(
     for bsym, effect in zip(bsyms, info.effects):
         for w in effect.writes:
             x = by_group.get(info.group_of(w))
-            if x is not None and w.name not in itself and _writes_with_grad(bsym):
+            if x is not None and w.name not in itself and writes_with_grad(bsym):
                 raise GradInputWriteError(
                     f"the function writes in place to `{w.name}`, a view of the input `{x.name}`, which "
                     "requires grad. Inside the compiled function that view is a leaf tensor that requires "
