@@ -102,10 +102,13 @@ def test_write_after_read_plain_has_a_missing_edge(war_plain):
     missing = [(a, b, d) for a, b, d in g.edges(data=True) if d["kind"] == "missing"]
     assert len(missing) == 1
     a, b, d = missing[0]
-    # plain Thunder ran the write first: the read of x now sees x + 1, with no path either way
-    assert g.nodes[a]["kind"] == "write" and g.nodes[a]["label"].endswith("copy_")
-    assert g.nodes[b]["label"].endswith("= mul")
-    assert d["hazards"] == ["RAW"]
+    # plain Thunder ran the write first (the read of x now sees x + 1), with no path either
+    # way; the arrow and its label follow the program: the read, then the write (WAR)
+    order = [g.nodes[v]["order"] for v in (a, b)]
+    assert order[0] > order[1], "fusion emitted the write before the read"
+    assert g.nodes[a]["label"].endswith("= mul")
+    assert g.nodes[b]["kind"] == "write" and g.nodes[b]["label"].endswith("copy_")
+    assert d["hazards"] == ["WAR"]
     real = trace_graph(war_plain, missing=False)
     assert not networkx.has_path(real, a, b) and not networkx.has_path(real, b, a)
     assert real.number_of_edges() == g.number_of_edges() - 1
@@ -137,7 +140,7 @@ def test_draw_marks_what_the_model_says(war_plain):
     ax = fig.axes[0]
     g = trace_graph(war_plain)
     texts = [t.get_text() for t in ax.texts]
-    assert sum(1 for t in texts if t.startswith("missing order: RAW")) == 1
+    assert sum(1 for t in texts if t.startswith("missing order: WAR")) == 1
     arrows = [t.arrow_patch for t in ax.texts if isinstance(t, Annotation) and t.arrow_patch is not None]
     assert len(arrows) == g.number_of_edges()
     dashed = [p for p in arrows if p.get_linestyle() in ("--", "dashed")]
