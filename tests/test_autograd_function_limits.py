@@ -1,8 +1,8 @@
-"""Class 8: which ``autograd.Function`` forwards with in-place ops Thunder can trace (README, class 8).
+"""Class 8: which ``autograd.Function`` forwards with in-place ops Thunder can trace (docs/limits.md, class 8).
 
 Thunder runs its own alias pass inside its ``autograd.Function`` lookaside while it acquires
 the trace, before any transform hook; for these forwards it fails with "Detected a cycle while
-swapping", with or without the transform.  This keeps the README's table true on both Thunders,
+swapping", with or without the transform.  This keeps the table in docs/limits.md true on both Thunders,
 and notices when Thunder fixes one of them (the test then fails and the table must change).
 """
 

@@ -348,7 +348,7 @@ def lost_zero_cotangents(a, b, c):
 
 def test_lost_zero_cotangents_torch_compile():
     """Once a strict xfail (torch_compile_ex lost the zero cotangents of unread barriers): those barriers were on
-    private storage, which is now made functional, so no barrier is left to lose them; README, Known limits."""
+    private storage, which is now made functional, so no barrier is left to lose them; docs/limits.md."""
     assert_matches_eager(lost_zero_cotangents, lambda g: (_x(False), _x(g), _x(g)), configs=TORCH_COMPILE)
 
 
@@ -432,7 +432,7 @@ def running_stats_copied_into_grad_tensor(a, rm, rv):
 
 def test_backward_assert_on_undifferentiated_output():
     """Plain Thunder gives the output a grad_fn eager does not, and its backward fails on a bare
-    assert (README, documented limit).  With the transform the write into batch_norm's output
+    assert (docs/limits.md).  With the transform the write into batch_norm's output
     (private storage) is made functional, and every cell matches eager."""
     from thunder_ext.testing.fuzzing import judge_function
 

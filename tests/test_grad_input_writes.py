@@ -133,7 +133,7 @@ def test_plain_thunder_cannot_write_through_view_of_grad_input(fn, fusion_type):
 NO_GRAD_VIEW_WRITE_CRASH = (
     "open: torch_compile_ex with the transform crashes in AOT autograd (a view made in no_grad mode whose "
     "base is then written with grad enabled): the barrier's witness for the write is the view, which "
-    "leaves its region as an output; plain Thunder keeps one region and is right (README, Known limits)"
+    "leaves its region as an output; plain Thunder keeps one region and is right (docs/limits.md)"
 )
 
 

@@ -102,10 +102,13 @@ def test_write_after_read_plain_has_a_missing_edge(war_plain):
     missing = [(a, b, d) for a, b, d in g.edges(data=True) if d["kind"] == "missing"]
     assert len(missing) == 1
     a, b, d = missing[0]
-    # plain Thunder ran the write first: the read of x now sees x + 1, with no path either way
-    assert g.nodes[a]["kind"] == "write" and g.nodes[a]["label"].endswith("copy_")
-    assert g.nodes[b]["label"].endswith("= mul")
-    assert d["hazards"] == ["RAW"]
+    # plain Thunder ran the write first (the read of x now sees x + 1), with no path either
+    # way; the arrow and its label follow the program: the read, then the write (WAR)
+    order = [g.nodes[v]["order"] for v in (a, b)]
+    assert order[0] > order[1], "fusion emitted the write before the read"
+    assert g.nodes[a]["label"].endswith("= mul")
+    assert g.nodes[b]["kind"] == "write" and g.nodes[b]["label"].endswith("copy_")
+    assert d["hazards"] == ["WAR"]
     real = trace_graph(war_plain, missing=False)
     assert not networkx.has_path(real, a, b) and not networkx.has_path(real, b, a)
     assert real.number_of_edges() == g.number_of_edges() - 1
@@ -137,8 +140,10 @@ def test_draw_marks_what_the_model_says(war_plain):
     ax = fig.axes[0]
     g = trace_graph(war_plain)
     texts = [t.get_text() for t in ax.texts]
-    assert sum(1 for t in texts if t.startswith("missing order: RAW")) == 1
-    arrows = [t.arrow_patch for t in ax.texts if isinstance(t, Annotation) and t.arrow_patch is not None]
+    assert sum(1 for t in texts if t.startswith("missing order: WAR")) == 1
+    segments = [t.arrow_patch for t in ax.texts if isinstance(t, Annotation) and t.arrow_patch is not None]
+    # an edge is one or more segments (a long edge bends around the boxes); only its last has a head
+    arrows = [p for p in segments if type(p.get_arrowstyle()).__name__ == "CurveFilledB"]
     assert len(arrows) == g.number_of_edges()
     dashed = [p for p in arrows if p.get_linestyle() in ("--", "dashed")]
     assert len(dashed) == 1
@@ -206,3 +211,68 @@ def test_import_stays_light():
     code = "import sys, thunder_ext; print(any(m in sys.modules for m in ('matplotlib', 'networkx', 'thunder')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# -- what the picture looks like: nothing cut off, no edge through a label ------------------------
+
+
+def _node_boxes(ax):
+    from matplotlib.text import Annotation
+
+    return [t.get_bbox_patch().get_window_extent() for t in ax.texts
+            if not isinstance(t, Annotation) and t.get_bbox_patch() is not None
+            and not t.get_text().startswith("missing order")]
+
+
+def _edges_through_labels(fig) -> list[str]:
+    """Straight arrow segments that cross a node's box other than the boxes they start or end in.
+
+    Each segment runs between two node centres or waypoints (its drawn line is that curve,
+    clipped to the end boxes): matplotlib's ``arc3``, a quadratic Bezier bent by ``rad``.
+    """
+    from matplotlib.path import Path
+    from matplotlib.text import Annotation
+
+    fig.draw_without_rendering()
+    ax = fig.axes[0]
+    boxes = _node_boxes(ax)
+    crossings = []
+    checked = 0
+    for t in ax.texts:
+        if not isinstance(t, Annotation) or t.arrow_patch is None:
+            continue
+        checked += 1
+        ends = ax.transData.transform([t.xyann, t.xy])
+        (x1, y1), (x2, y2) = ends
+        rad = float(t.arrowprops["connectionstyle"].partition("rad=")[2] or 0.0)
+        control = ((x1 + x2) / 2 + rad * (y2 - y1), (y1 + y2) / 2 - rad * (x2 - x1))
+        chord = Path([ends[0], control, ends[1]], [Path.MOVETO, Path.CURVE3, Path.CURVE3])
+        for box in boxes:
+            if not any(box.contains(*e) for e in ends) and chord.intersects_bbox(box, filled=True):
+                crossings.append(f"segment {ends.round().tolist()} crosses box {[round(v) for v in box.bounds]}")
+    assert checked >= len(boxes)  # every edge was looked at
+    return crossings
+
+
+@pytest.mark.parametrize("which", ["war_plain", "war_fixed_stage", "dead_plain"])
+def test_no_edge_crosses_a_label(which, request):
+    if which == "war_fixed_stage":
+        jf = request.getfixturevalue("war_fixed")
+        fig = draw_trace(thunder_ext.fusion_stage_traces(jf)[0], report=thunder_ext.last_reports(jf)[0])
+    else:
+        fig = draw_trace(request.getfixturevalue(which), title="t")
+    assert _edges_through_labels(fig) == []
+
+
+def test_legend_and_title_survive_a_plain_savefig(tmp_path, war_plain):
+    # draw_trace's docstring offers fig.savefig(path); without bbox_inches="tight" the legend,
+    # outside the axes on the right, used to be cut ("barric", "returi")
+    fig = draw_trace(war_plain, title="plain Thunder: nothing orders mul before copy_")
+    fig.savefig(tmp_path / "g.png")
+    fig.draw_without_rendering()  # the layout savefig used
+    ax = fig.axes[0]
+    figure_box = fig.bbox
+    for artist in (ax.get_legend(), ax.title):
+        box = artist.get_window_extent()
+        assert figure_box.x0 <= box.x0 and box.x1 <= figure_box.x1, (artist, box, figure_box)
+        assert figure_box.y0 <= box.y0 and box.y1 <= figure_box.y1, (artist, box, figure_box)

@@ -9,7 +9,7 @@ it worse:
   (``thunder_ext/input_aliases.py``), since it strips Thunder's barriers.
 * Thunder 0.2.6 substitutes one argument for the other before any transform runs; with
   different element counts the substitution's reshape fails, with or without the transform.
-  That is the documented limit (README, class 7), checked here so the README stays true.
+  That is the documented limit (docs/limits.md, class 7), checked here so that page stays true.
 * Both substitute arguments with equal element counts.  Where they are different views
   (``f(x[0], x[1])``), plain Thunder is silently wrong; the transform's prologue guard
   refuses the call with ``InputAliasError``, and lets the right calls through.
@@ -32,7 +32,7 @@ SUBSTITUTED = [p for p in INPUT_ALIAS_PROGRAMS if p.name in ("alias_same_tensor"
 DIFFERENT_NUMEL = [p for p in INPUT_ALIAS_PROGRAMS if p not in SUBSTITUTED]
 
 main_only = pytest.mark.skipif(
-    not THUNDER_MAIN, reason="Thunder 0.2.6 substitutes aliasing inputs and fails to reshape (README, class 7)"
+    not THUNDER_MAIN, reason="Thunder 0.2.6 substitutes aliasing inputs and fails to reshape (docs/limits.md, class 7)"
 )
 
 

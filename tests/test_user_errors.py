@@ -178,17 +178,69 @@ def test_check_rejects_a_non_callable():
         thunder_ext.check(torch.randn(3), torch.randn(3))
 
 
-@pytest.mark.parametrize("option, value", [("fusion_types", "dataflow"), ("entries", "jit"), ("executors", "default")])
-def test_check_options_reject_a_bare_string(option, value):
-    with pytest.raises(TypeError, match=rf"check\({option}=\.\.\.\) takes a sequence of names, e\.g\. {option}=\('{value}',\)"):
-        thunder_ext.check(plain_function, torch.randn(3), **{option: value})
+def test_check_options_take_one_name_or_several():
+    r = thunder_ext.check(plain_function, torch.randn(3), fusion_type="dataflow", entry="jit", executors="default")
+    assert [row.name for row in r.rows] == ["plain-dataflow-default-jit", "transform-dataflow-default-jit"]
+    r = thunder_ext.check(plain_function, torch.randn(3), fusion_type=("dataflow", "dataflow"))
+    assert len(r.rows) == 2  # a repeated name runs once
+
+
+def test_check_entry_option_is_not_passed_to_the_function():
+    # The misuse of issue #21: check(f, x, entry='thunderfx') reached f as a keyword argument
+    # and was reported as an error in the user's function.  It is the option now.
+    r = thunder_ext.check(plain_function, torch.randn(3), entry="thunderfx", fusion_type="dataflow")
+    assert r.status == "safe" and r.eager_error is None
+    assert [row.name for row in r.rows] == ["plain-dataflow-default-thunderfx", "transform-dataflow-default-thunderfx"]
+
+
+@pytest.mark.parametrize("old, new", [("fusion_types", "fusion_type"), ("entries", "entry")])
+def test_check_old_option_spellings_name_the_new_ones(old, new):
+    with pytest.raises(TypeError, match=rf"check\(\) got the option {old}=, which is now spelled {new}="):
+        thunder_ext.check(plain_function, torch.randn(3), **{old: ("dataflow",)})
+
+
+def test_check_unknown_option_is_named_with_the_valid_ones():
+    with pytest.raises(TypeError) as exc:
+        thunder_ext.check(plain_function, torch.randn(3), fusion="dataflow")
+    text = str(exc.value)
+    assert "unknown option fusion=" in text and "did you mean fusion_type=?" in text
+    for option in ("fusion_type=", "entry=", "executors=", "state=", "kwargs="):
+        assert option in text
+    assert "kwargs=" in text.split("keyword arguments go in")[1]
+
+
+def test_check_passes_the_functions_keywords_through_kwargs():
+    def scale(x, *, factor):
+        return x * factor
+
+    x = torch.randn(3)
+    r = thunder_ext.check(scale, x, fusion_type="dataflow", kwargs={"factor": 3.0})
+    assert r.status == "safe" and all(row.result == "correct" for row in r.rows)
+    with pytest.raises(TypeError, match=r"check\(kwargs=\.\.\.\) takes a dict of your function's keyword arguments"):
+        thunder_ext.check(scale, x, kwargs=[("factor", 3.0)])
+
+
+@pytest.mark.parametrize("option", ["fusion_type", "entry", "executors"])
+def test_check_options_reject_what_is_not_a_name(option):
+    with pytest.raises(TypeError, match=rf"check\({option}=\.\.\.\) takes one of"):
+        thunder_ext.check(plain_function, torch.randn(3), **{option: 3})
+    with pytest.raises(ValueError, match=rf"check\({option}=\.\.\.\) is empty"):
+        thunder_ext.check(plain_function, torch.randn(3), **{option: ()})
 
 
 def test_check_options_reject_unknown_names():
     with pytest.raises(ValueError, match="unknown fusion type 'sideways'"):
-        thunder_ext.check(plain_function, torch.randn(3), fusion_types=("sideways",))
+        thunder_ext.check(plain_function, torch.randn(3), fusion_type=("sideways",))
     with pytest.raises(ValueError, match="unknown executors 'nvfuser'"):
         thunder_ext.check(plain_function, torch.randn(3), executors=("nvfuser",))
+
+
+def test_check_report_shows_as_its_table():
+    r = thunder_ext.check(plain_function, torch.randn(3), fusion_type="dataflow")
+    text = str(r)
+    assert repr(r) == text
+    assert text.splitlines()[0].startswith("safe with InplaceBarrierTransform")
+    assert "configuration" in text and "transform-dataflow-default-jit" in text
 
 
 def test_check_state_must_be_a_dict_of_tensors():

@@ -26,6 +26,7 @@ __all__ = [
     "last_reports",
     "insert_barriers",
     "place_barriers",
+    "quiet_upstream_noise",
     "save_trace_graph",
     "trace_graph",
     "verify",
@@ -45,6 +46,7 @@ _HOMES = {
     "fusion_stage_traces": "thunder_ext.integration",
     "last_reports": "thunder_ext.integration",
     "draw_trace": "thunder_ext.graph",
+    "quiet_upstream_noise": "thunder_ext.noise",
     "save_trace_graph": "thunder_ext.graph",
     "trace_graph": "thunder_ext.graph",
     "GradInputWriteError": "thunder_ext.errors",
@@ -77,6 +79,7 @@ if TYPE_CHECKING:
     )
     from thunder_ext.graph import draw_trace, save_trace_graph, trace_graph
     from thunder_ext.integration import final_traces, fusion_stage_traces, last_reports
+    from thunder_ext.noise import quiet_upstream_noise
     from thunder_ext.transforms import InplaceBarrierTransform
 
 

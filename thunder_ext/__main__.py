@@ -1,18 +1,15 @@
-"""``python -m thunder_ext``: the gallery through plain Thunder and with the transform.
+"""``python -m thunder_ext``: the command line (:mod:`thunder_ext.cli`), and the gallery table.
 
-Every program runs under ``fusion_type="dataflow"`` with the default executors, through
-``thunder.jit``, and is compared with eager PyTorch.  Exit status 1 if any program is wrong
-(or crashes) with the transform.  ``python -m thunder_ext check ...`` checks a function of
-yours; see ``python -m thunder_ext check --help``.  ``THUNDER_EXT_LOGS=1`` (or ``debug``) logs
-what the transform does: barriers with their reasons, dead writes removed, refusals.
+The gallery, the default subcommand, runs every program under ``fusion_type="dataflow"``
+(default executors and ``thunder.jit`` unless told otherwise), through plain Thunder and
+with the transform, and compares each with eager PyTorch.  Exit status 1 if any program is
+wrong (or crashes) with the transform.
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 import textwrap
-import warnings
 
 # What the main table's columns mean, printed under it.
 LEGEND = (
@@ -32,42 +29,15 @@ LEGEND = (
 WIDTH = 100
 
 
-class _DropMessage(logging.Filter):
-    """Drops one known upstream log message, by its start; every other record passes."""
-
-    def __init__(self, prefix: str) -> None:
-        super().__init__()
-        self.prefix = prefix
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.prefix)
-
-
-def quiet_upstream_noise() -> None:
-    """Silence the upstream messages every run prints and no user can act on; only in our entry points.
-
-    Called before Thunder is imported (``import thunder_ext`` does not import it).
-    """
-    # thunder/executors/transformer_engineex.py warns at `import thunder` when the optional
-    # transformer_engine package is absent.
-    warnings.filterwarnings(
-        "ignore",
-        message="transformer_engine module not found",
-        category=UserWarning,
-        module=r"thunder\.executors\.transformer_engineex",
-    )
-    # torch/utils/cpp_extension.py logs (a logging WARNING, not a warning) at its import, which
-    # ThunderFX triggers, whenever a CUDA_HOME exists but no CUDA device does.
-    logging.getLogger("torch.utils.cpp_extension").addFilter(_DropMessage("No CUDA runtime is found"))
-
-
 def gallery_table(*, entry: str = "jit", executors: str = "default") -> tuple[list[dict], bool]:
     from thunder_ext.testing.compare import Config, differential
     from thunder_ext.testing.gallery import PROGRAMS, reference_outcome
     from thunder_ext.integration import barrier_count, collect_final_traces, collect_reports
 
+    from thunder_ext.progress import progress
+
     rows, all_ok = [], True
-    for prog in PROGRAMS:
+    for prog in progress(PROGRAMS, "gallery", name=lambda p: p.name):
         row = {"program": prog.name, "hazard": prog.hazard}
         # Where eager itself refuses (its version counter is stricter), the mutation-free
         # reference says what the program computes.
@@ -136,18 +106,11 @@ def detail_lines(rows: list[dict], width: int = WIDTH) -> list[str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    quiet_upstream_noise()
-    if argv and argv[0] == "check":
-        from thunder_ext.cli import check_main
-
-        return check_main(argv[1:])
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0
-    print("thunder-ext gallery: fusion_type='dataflow', default executors, thunder.jit, compared with eager\n")
-    rows, ok = gallery_table()
+def run_gallery(entry: str = "jit", executors: str = "default") -> int:
+    """Print the gallery table, its legend and why each failing run failed; the exit status."""
+    print(f"thunder-ext gallery: fusion_type='dataflow', {executors} executors, {_ENTRY_NAMES[entry]}, "
+          "compared with eager\n")
+    rows, ok = gallery_table(entry=entry, executors=executors)
     print_table(rows)
     print()
     print("\n".join(legend_lines()))
@@ -156,6 +119,18 @@ def main(argv: list[str] | None = None) -> int:
     good = sum(r["transform"] == "correct" or r["transform"].startswith("refused") for r in rows)
     print(f"\n{'OK' if ok else 'FAILED'}: {good}/{len(rows)} programs correct or refused as documented with the transform")
     return 0 if ok else 1
+
+
+_ENTRY_NAMES = {"jit": "thunder.jit", "thunderfx": "thunderfx"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m thunder_ext [SUBCOMMAND] ...``; see ``--help``."""
+    from thunder_ext.cli import main as cli_main
+    from thunder_ext.noise import quiet_upstream_noise
+
+    quiet_upstream_noise()  # before Thunder is imported: its import warns
+    return cli_main(argv, gallery=run_gallery)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,16 @@
 """The checker: every ordering hazard in a trace, stated independently of the barrier logic.
 
-``verify(trace)`` reads program order as the order of the bound symbols and checks the
-invariants of ``docs/design.md`` (*Invariants*):
+``verify(trace)`` walks the bound symbols in trace order and checks the invariants of
+``docs/design.md`` (*Invariants*):
 
 * **ordering**: every two accesses to one storage group, at least one a write, are ordered
-  by data edges (reported as RAW, WAR or WAW);
+  by data edges.  The pair is named in the *user's* program order, which dataflow fusion
+  may have reversed: when the later access in the trace touches an older version of the
+  storage than the earlier one (a proxy the other's version was derived from, as Thunder's
+  ``update_aliases`` renamings derive each version from the last), it came first in the
+  program.  So ``a = x * z; x.add_(1)`` is a write after a read (WAR) whichever of the two
+  fusion emitted first; with no such evidence, trace order is program order.  Reported as
+  RAW, WAR or WAW, ``first`` being the earlier access in the program;
 * **dead writes**: no write whose storage no input reaches and that nothing later reads;
 * **return last**: the return is the last bound symbol;
 * **latest inputs**: when the return hands back the arguments (``flat_args``, as it does
@@ -40,7 +46,7 @@ from thunder_ext.validation import require_trace
 
 @dataclass(frozen=True)
 class Violation:
-    """One broken invariant.  ``first`` precedes ``second`` in program order."""
+    """One broken invariant.  ``first`` precedes ``second`` in the user's program order."""
 
     kind: str  # 'RAW', 'WAR', 'WAW', 'dead-write', 'return-not-last', 'stale-input'
     first: BoundSymbol
@@ -116,6 +122,50 @@ def _returns_flat_args(ret: BoundSymbol) -> bool:
     return isinstance(arg, dict) and "flat_args" in arg
 
 
+# A pair found in trace order (j before i), named in program order when the versions say so.
+_REVERSED = {"RAW": "WAR", "WAR": "RAW", "WAW": "WAW"}
+
+
+class _Versions:
+    """Which version of a storage group each access touches, and whether one version derives from another."""
+
+    def __init__(self, bsyms: list[BoundSymbol], info) -> None:
+        self.bsyms = bsyms
+        self.info = info
+        self.producer: dict[str, BoundSymbol] = {}
+        for b in bsyms:
+            for p in b.flat_proxy_outs:
+                self.producer.setdefault(p.name, b)
+
+    def touched(self, i: int, group: str) -> set[str]:
+        """The proxies of ``group`` that bsym ``i`` writes, or, if it writes none there, reads."""
+        b, effect = self.bsyms[i], self.info.effects[i]
+        written = {w.name for w in effect.writes if self.info.group_of(w) == group}
+        if written:
+            return written
+        return {p.name for p in b.flat_proxy_args if isinstance(p, TensorProxy) and self.info.group_of(p) == group}
+
+    def _ancestors(self, names: set[str]) -> set[str]:
+        seen: set[str] = set()
+        todo = list(names)
+        while todo:
+            b = self.producer.get(todo.pop())
+            if b is None:
+                continue
+            for p in b.flat_proxy_args:
+                if p.name not in seen:
+                    seen.add(p.name)
+                    todo.append(p.name)
+        return seen
+
+    def in_program_order(self, kind: str, j: int, i: int, group: str) -> Violation:
+        """The pair (j earlier in the trace, i later), reversed when i touched an older version than j."""
+        earlier, later = self.touched(j, group), self.touched(i, group)
+        if later and not (later & earlier) and later & self._ancestors(earlier):
+            return Violation(_REVERSED[kind], self.bsyms[i], self.bsyms[j], group)
+        return Violation(kind, self.bsyms[j], self.bsyms[i], group)
+
+
 def verify(trace: TraceCtx, *, aliased_inputs: Iterable[Iterable[str]] = ()) -> list[Violation]:
     """Every violation of the in-place ordering invariants in ``trace``.
 
@@ -136,6 +186,7 @@ def verify(trace: TraceCtx, *, aliased_inputs: Iterable[Iterable[str]] = ()) -> 
         violations.append(Violation("return-not-last", top[ret_pos], after, "-"))
 
     mutated = info.mutated_groups
+    versions = _Versions(bsyms, info)
     # A fusion region runs as a unit: whatever reads one of its outputs runs after every bsym
     # in it, so a region output carries the ancestry of the whole region.  Inside a region, its
     # own bsyms' outputs are read (rematerialization may recompute a value under the same name).
@@ -173,11 +224,11 @@ def verify(trace: TraceCtx, *, aliased_inputs: Iterable[Iterable[str]] = ()) -> 
                 for j in epoch.get(g, ()):
                     if not (a >> bits[j]) & 1:
                         kind = "WAW" if j == last_write.get(g) else "WAR"
-                        violations.append(Violation(kind, bsyms[j], b, g))
+                        violations.append(versions.in_program_order(kind, j, i, g))
             else:
                 j = last_write.get(g)
                 if j is not None and not (a >> bits[j]) & 1:
-                    violations.append(Violation("RAW", bsyms[j], b, g))
+                    violations.append(versions.in_program_order("RAW", j, i, g))
         if groups:
             bits[i] = len(bits)
             a |= 1 << bits[i]

@@ -1,13 +1,19 @@
-"""``python -m thunder_ext check``: the doctor (:func:`thunder_ext.check`) from the command line.
+"""The command line, ``python -m thunder_ext`` (also installed as ``thunder-ext``).
+
+Subcommands: ``gallery`` (the default), ``check`` (the doctor, :func:`thunder_ext.check`), and
+the developer scripts of a source checkout (``bench``, ...).  Unknown subcommands and
+arguments are usage errors (exit status 2) with a suggestion for a near miss; output into a
+closed pipe ends quietly.
 
     python -m thunder_ext check path/to/file.py:function --input 4,3,float32,grad --input 3,float32
     python -m thunder_ext check package.module:function --input 8,int64
 
-Each ``--input`` is one positional tensor argument, built from a seeded ``torch.Generator``
-(``randn`` for floating dtypes, ``randint(0, 4)`` for integer ones, ``randint(0, 2)`` for bool).
-Exit status 0 when the function is safe with the transform, 1 when it is not, 2 on a usage
-error: bad arguments, a number of ``--input``s the function cannot take, or a function that
-fails in eager PyTorch on these inputs (then the report is printed too).
+Each ``--input`` of ``check`` is one positional tensor argument, built from a seeded
+``torch.Generator`` (``randn`` for floating dtypes, ``randint(0, 4)`` for integer ones,
+``randint(0, 2)`` for bool).  Exit status 0 when the function is safe with the transform, 1
+when it is not, 2 on a usage error: bad arguments, a number of ``--input``s the function
+cannot take, or a function that fails in eager PyTorch on these inputs (then the report is
+printed too).
 """
 
 from __future__ import annotations
@@ -17,8 +23,12 @@ import importlib
 import importlib.util
 import inspect
 import os
+import runpy
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from difflib import get_close_matches
+from pathlib import Path
 
 import torch
 
@@ -104,19 +114,157 @@ def parse_input_spec(text: str) -> InputSpec:
     return InputSpec(tuple(shape), dtype, grad)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m thunder_ext check",
-        description=(
-            "Check one of your functions for in-place ordering hazards under Lightning Thunder. "
-            "It runs the function eagerly, then compiled by plain Thunder and by Thunder with "
-            "InplaceBarrierTransform, under each fusion type, on random inputs; compares outputs, the "
-            "inputs' final state and gradients (for 'grad' inputs) with eager PyTorch; and lists the "
-            "ordering violations found in each compiled run's traces."
-        ),
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+PROG = "python -m thunder_ext"
+
+TOP_DESCRIPTION = """\
+thunder-ext: InplaceBarrierTransform makes in-place PyTorch code compile correctly under
+Lightning Thunder's fusion_type="dataflow".
+
+With no subcommand, runs the gallery.  THUNDER_EXT_LOGS=1 (or debug) logs what the transform
+does: barriers with their reasons, dead writes removed, refusals.
+"""
+
+TOP_EPILOG = """\
+examples:
+  python -m thunder_ext                    the gallery, plain Thunder against the transform
+  python -m thunder_ext check my.py:step --input 4,3,float32,grad --input 3,float32
+  python -m thunder_ext check --help       the input specs and the exit status of check
+
+Each subcommand has its own --help.
+"""
+
+# Developer scripts a source checkout holds next to the package (not installed with a wheel):
+# subcommand -> (file under scripts/, one line of help).
+SCRIPTS: dict[str, tuple[str, str]] = {
+    "bench": ("bench.py", "barriers, fusion regions and compile time against plain Thunder"),
+    "bench-gpu": ("bench_gpu.py", "time per call on six in-place programs, plain Thunder, the transform, Inductor"),
+    "memory": ("memory.py", "Thunder's peak-memory estimate, plain against the transform"),
+    "soak": ("soak.py", "random in-place programs through the fuzzer's verdict rule"),
+    "verify-gallery": ("verify_gallery.py", "what the checker reports on the gallery's final traces"),
+}
+SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "scripts"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a suggestion for a near miss in its usage errors."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        words = message.split(": ", 1)[-1].split()
+        if message.startswith("unrecognized arguments") and words:
+            near = get_close_matches(words[0], _option_names(self), n=1)
+            if near:
+                message += f" (did you mean {near[0]}?)"
+        super().error(message)
+
+
+def _option_names(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option string of ``parser`` and of its subcommands' parsers (argparse reports a
+    subcommand's unknown argument from the top-level parser)."""
+    names = []
+    for action in parser._actions:
+        names.extend(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                names.extend(_option_names(sub))
+    return list(dict.fromkeys(names))
+
+
+def command_error(parser: argparse.ArgumentParser, word: str, commands: Sequence[str]) -> None:
+    """The usage error for an unknown subcommand, with the nearest one."""
+    near = get_close_matches(word, commands, n=1, cutoff=0.6)
+    hint = f"; did you mean '{near[0]}'?" if near else ""
+    parser.error(f"unknown subcommand '{word}'{hint} (choose from {', '.join(commands)})")
+
+
+def build_main_parser() -> tuple[argparse.ArgumentParser, list[str]]:
+    """The top-level parser and its subcommand names."""
+    parser = Parser(prog=PROG, description=TOP_DESCRIPTION, epilog=TOP_EPILOG,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", title="subcommands", metavar="SUBCOMMAND", parser_class=Parser)
+    gallery = sub.add_parser(
+        "gallery", help="each failure class under plain Thunder and with the transform, against eager (default)",
+        description="Every gallery program, compiled by plain Thunder and with the transform under "
+                    "fusion_type='dataflow', compared with eager PyTorch. Exit status 1 if any program is "
+                    "wrong or crashes with the transform.",
     )
+    gallery.add_argument("--entry", choices=("jit", "thunderfx"), default="jit", help="how to compile (default jit)")
+    gallery.add_argument("--executors", choices=("default", "torch_compile"), default="default",
+                         help="Thunder's default executors, or torch_compile_ex only (default: default)")
+    build_parser(sub.add_parser("check", help="check one of your functions against eager PyTorch, with and without the transform"))
+    for name, (script, what) in SCRIPTS.items():
+        p = sub.add_parser(name, help=f"{what} (scripts/{script}, source checkout only; its own --help)",
+                           add_help=False, prefix_chars="\0")
+        p.add_argument("script_args", nargs=argparse.REMAINDER)
+    return parser, ["gallery", "check", *SCRIPTS]
+
+
+def run_script(name: str, args: list[str]) -> int:
+    """Run a developer script of the source checkout as ``python -m thunder_ext NAME ARGS``."""
+    script = SCRIPTS_DIR / SCRIPTS[name][0]
+    if not script.is_file():
+        print(f"{PROG} {name}: error: {script.name} is a developer script of the source checkout and is not "
+              "installed with the package; run it from a clone (pip install -e .)", file=sys.stderr)
+        return 2
+    saved = sys.argv
+    sys.argv = [f"{PROG} {name}", *args]
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = saved
+    return 0
+
+
+def dispatch(argv: list[str], gallery: Callable[[str, str], int]) -> int:
+    """Parse ``argv`` and run the subcommand; ``gallery(entry, executors)`` runs the gallery."""
+    parser, commands = build_main_parser()
+    if argv and not argv[0].startswith("-") and argv[0] not in commands:
+        command_error(parser, argv[0], commands)
+    if not argv:
+        argv = ["gallery"]
+    ns = parser.parse_args(argv)
+    if ns.command == "check":
+        return check_main(argv[1:])
+    if ns.command in SCRIPTS:
+        return run_script(ns.command, ns.script_args)
+    if ns.command is None:  # options without a subcommand, e.g. --help is handled by argparse
+        parser.error("give a subcommand, or none for the gallery")
+    return gallery(ns.entry, ns.executors)
+
+
+def main(argv: list[str] | None, gallery: Callable[[str, str], int]) -> int:
+    """Run the CLI; output into a closed pipe (``| head``) ends quietly."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        rc = dispatch(argv, gallery)
+        sys.stdout.flush()
+        return rc
+    except BrokenPipeError:
+        # The reader went away: send what is left to /dev/null, so that the interpreter's own
+        # flush at exit does not raise a second time.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # as a program killed by SIGPIPE: 128 + 13
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """The ``check`` subcommand's parser (standalone when ``parser`` is None)."""
+    parser = parser if parser is not None else Parser(prog=f"{PROG} check")
+    parser.description = (
+        "Check one of your functions for in-place ordering hazards under Lightning Thunder. "
+        "It runs the function eagerly, then compiled by plain Thunder and by Thunder with "
+        "InplaceBarrierTransform, under each fusion type, on random inputs; compares outputs, the "
+        "inputs' final state and gradients (for 'grad' inputs) with eager PyTorch; and lists the "
+        "ordering violations found in each compiled run's traces."
+    )
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    _add_check_arguments(parser)
+    return parser
+
+
+def _add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "target",
         metavar="FILE.py:FUNCTION | MODULE:FUNCTION",
@@ -135,7 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--entry", dest="entries", action="append", choices=("jit", "thunderfx"),
         help="how to compile: thunder.jit and/or ThunderFX; repeat for several (default: jit)",
     )
-    return parser
+    parser.add_argument(
+        "--executors", dest="executors", action="append", choices=("default", "torch_compile"),
+        help="Thunder's default executors and/or torch_compile_ex only; repeat for several (default: default)",
+    )
 
 
 def load_function(target: str, parser: argparse.ArgumentParser):
@@ -187,9 +338,12 @@ def check_main(argv: list[str]) -> int:
 
     from thunder_ext.doctor import FUSION_TYPES, check
 
-    fusion_types = tuple(dict.fromkeys(ns.fusion_types or FUSION_TYPES))
-    entries = tuple(dict.fromkeys(ns.entries or ("jit",)))
-    report = check(fn, *args, fusion_types=fusion_types, entries=entries)
+    report = check(
+        fn, *args,
+        fusion_type=ns.fusion_types or FUSION_TYPES,
+        entry=ns.entries or "jit",
+        executors=ns.executors or "default",
+    )
     report.function = ns.target
     print(report)
     if report.status == "eager-error":

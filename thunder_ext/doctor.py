@@ -11,8 +11,8 @@ Plain Thunder's traces usually show violations for a hazardous function even whe
 numbers happen to come out right: that is the point, it tells you the function relies on
 luck without the transform.
 
-    >>> report = thunder_ext.check(fn, x, w)
-    >>> print(report)          # a table, with a one-line verdict on top
+    >>> report = thunder_ext.check(fn, x, w, fusion_type="dataflow")
+    >>> print(report)          # a table, with a one-line verdict on top (also what the REPL shows)
     >>> report.safe            # True iff every run with the transform agrees with eager
     >>> report.status          # 'safe', 'unsafe', or 'eager-error' (fn fails in eager PyTorch)
 """
@@ -24,9 +24,12 @@ import textwrap
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from difflib import get_close_matches
+from typing import Any
 
 import torch
 
+from thunder_ext.progress import progress
 from thunder_ext.testing.compare import Config, Outcome, Verdict, _clone, differential, execute
 
 FUSION_TYPES = ("consecutive", "dataflow")
@@ -182,7 +185,7 @@ class CheckReport:
 
     def __str__(self) -> str:
         header, body = self._table()
-        lines = [self.verdict, f"function: {self.function}"]
+        lines = [self.verdict, f"function: {self.function} (status: {self.status})"]
         if self.eager_error is not None:
             lines.append(f"eager PyTorch raises: {_short(self.eager_error)}")
         lines.append("")
@@ -211,7 +214,8 @@ class CheckReport:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"<CheckReport {self.function}: {self.status}, {len(self.rows)} runs>"
+        # What a REPL shows for ``check(...)``: the table, as a notebook shows its HTML form.
+        return str(self)
 
     def _repr_html_(self) -> str:
         e = html.escape
@@ -302,37 +306,67 @@ def _stage(name: str, k: int) -> str:
     return name if k == 0 else f"{name} #{k}"
 
 
+# The keyword options ``check()`` takes, named as the CLI spells them (--fusion-type, --entry,
+# --executors); the old plural spellings point to the new ones.
+OPTIONS = ("fusion_type", "entry", "executors", "state", "kwargs")
+RENAMED = {"fusion_types": "fusion_type", "entries": "entry", "executor": "executors"}
+
+
+def _unknown_options(unknown: dict) -> TypeError:
+    name = next(iter(unknown))
+    valid = ", ".join(f"{o}=" for o in OPTIONS)
+    if name in RENAMED:
+        return TypeError(
+            f"check() got the option {name}=, which is now spelled {RENAMED[name]}= (as the CLI's "
+            f"--{RENAMED[name].replace('_', '-')}); the valid options are {valid}"
+        )
+    near = get_close_matches(name, OPTIONS, n=1)
+    hint = f" (did you mean {near[0]}=?)" if near else ""
+    return TypeError(
+        f"check() got an unknown option {name}={hint}; the valid options are {valid}. Your function's own "
+        f"keyword arguments go in kwargs=, e.g. check(f, x, kwargs={{{name!r}: ...}})"
+    )
+
+
 def check(
     fn: Callable,
-    *args,
-    fusion_types: Sequence[str] = FUSION_TYPES,
-    entries: Sequence[str] = ("jit",),
-    executors: Sequence[str] = ("default",),
+    /,
+    *args: Any,
+    fusion_type: str | Sequence[str] = FUSION_TYPES,
+    entry: str | Sequence[str] = "jit",
+    executors: str | Sequence[str] = "default",
     state: dict[str, torch.Tensor] | None = None,
-    **kwargs,
+    kwargs: dict[str, Any] | None = None,
+    **unknown: Any,
 ) -> CheckReport:
     """Check ``fn(*args, **kwargs)`` against eager PyTorch, with and without the transform.
 
-    ``args`` are cloned for every run (``fn`` may mutate them); gradients are compared for the
-    tensors in ``args`` that require grad.  The keyword-only options are:
+    ``args`` (positional, after ``fn``) are cloned for every run (``fn`` may mutate them);
+    gradients are compared for the tensors in ``args`` that require grad.  The options are
+    keyword-only, named as the CLI's flags; each takes one name or a sequence of names:
 
-    * ``fusion_types``: Thunder fusion types to try (default both, consecutive and dataflow);
-    * ``entries``: ``"jit"`` (``thunder.jit``, the default) and/or ``"thunderfx"``;
+    * ``fusion_type``: ``"consecutive"`` and/or ``"dataflow"`` (default both);
+    * ``entry``: ``"jit"`` (``thunder.jit``, the default) and/or ``"thunderfx"``;
     * ``executors``: ``"default"`` and/or ``"torch_compile"`` (``torch_compile_ex`` only);
     * ``state``: extra tensors ``fn`` mutates (a module's buffers); their final values are
       compared too.  They are *not* cloned: they are reset to their initial values after
-      each run instead.
+      each run instead;
+    * ``kwargs``: ``fn``'s own keyword arguments.  Tensors among them are cloned per run, and
+      their final values are compared like ``state`` (their gradients are not).
 
-    Any other keyword argument is passed to ``fn``.  Tensor keyword arguments are cloned per
-    run, and their final values are compared like ``state`` (their gradients are not).
+    Any other keyword is a ``TypeError`` that lists these.  Returns the report;
+    ``print(report)`` shows the table, and a notebook renders it.
     """
-    from thunder_ext.validation import require_function, require_names, require_state
+    from thunder_ext.validation import require_function, require_kwargs, require_names, require_state
 
+    if unknown:
+        raise _unknown_options(unknown)
     require_function(fn)
-    fusion_types = require_names(fusion_types, "fusion_types", FUSION_TYPES)
-    entries = require_names(entries, "entries", ENTRIES)
-    executors = require_names(executors, "executors", EXECUTORS)
+    fusion_types = require_names(fusion_type, "fusion_type", FUSION_TYPES)
+    entries = require_names(entry, "entry", ENTRIES)
+    executor_sets = require_names(executors, "executors", EXECUTORS)
     require_state(state)
+    kwargs = require_kwargs(kwargs)
 
     state = dict(state or {})
     initial_state = {k: v.detach().clone() for k, v in state.items()}
@@ -359,16 +393,19 @@ def check(
     efn, eargs, estate = build()
     eager = execute(efn, [_clone(a) for a in eargs], estate)
 
+    configs = [
+        Config(transform=transform, fusion_type=ftype, executors=ex, entry=e, check=transform)
+        for e in entries
+        for ex in executor_sets
+        for ftype in fusion_types
+        for transform in (False, True)
+    ]
     rows = []
-    for entry in entries:
-        for ex in executors:
-            for ftype in fusion_types:
-                for transform in (False, True):
-                    cfg = Config(transform=transform, fusion_type=ftype, executors=ex, entry=entry, check=transform)
-                    verdict = differential(build, cfg, eager=eager)
-                    row = CheckRow(cfg, verdict)
-                    _inspect_traces(row, verdict.outcome)
-                    rows.append(row)
+    for cfg in progress(configs, "check", name=str):
+        verdict = differential(build, cfg, eager=eager)
+        row = CheckRow(cfg, verdict)
+        _inspect_traces(row, verdict.outcome)
+        rows.append(row)
     for k, v in state.items():
         with torch.no_grad():
             v.copy_(initial_state[k])

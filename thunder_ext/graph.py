@@ -234,24 +234,58 @@ def _layers(g: "nx.DiGraph") -> dict[int, int]:
     return layer
 
 
-def _positions(g: "nx.DiGraph") -> dict[int, tuple[float, float]]:
-    """Rows by layer; within a row, nodes sorted by the mean x of their predecessors, so chains stay straight."""
+def _routes(g: "nx.DiGraph", layer: dict[int, int]) -> dict[tuple[int, int], list[tuple[str, int, int]]]:
+    """For each edge spanning more than one layer, one waypoint per layer it crosses.
+
+    The waypoints take a slot in their row like a node (the classic layered layout's dummy
+    nodes), so a long edge runs between boxes instead of through them.  A missing-order edge
+    may point up; its waypoints go from its upper end to its lower end.
+    """
+    routes = {}
+    for a, b in g.edges:
+        top, bottom = sorted((layer[a], layer[b]))
+        if bottom - top > 1:
+            routes[(a, b)] = [("via", a, b, y) for y in range(top + 1, bottom)]
+    return routes
+
+
+def _positions(g: "nx.DiGraph") -> tuple[dict[Any, tuple[float, float]], dict[tuple[int, int], list[Any]]]:
+    """Rows by layer; within a row, nodes and waypoints sorted by the mean x of what feeds them.
+
+    Returns the positions of nodes and waypoints, and each long edge's waypoints, top to bottom.
+    """
     layer = _layers(g)
-    rows: dict[int, list[int]] = {}
+    routes = _routes(g, layer)
+    rows: dict[int, list[Any]] = {}
+    feeds: dict[Any, list[Any]] = {}  # what pulls each node or waypoint sideways: the slot above it
     for v in sorted(g.nodes, key=lambda v: g.nodes[v]["order"]):
         rows.setdefault(layer[v], []).append(v)
-    pos: dict[int, tuple[float, float]] = {}
+    for (a, b), points in routes.items():
+        upper = a if layer[a] <= layer[b] else b
+        lower = b if upper == a else a
+        chain = [upper, *points, lower]
+        for above, here in zip(chain, chain[1:]):
+            feeds.setdefault(here, []).append(above)
+        for p in points:
+            rows.setdefault(p[3], []).append(p)
+    for a, b, kind in g.edges(data="kind"):
+        if (a, b) not in routes and kind != "missing":
+            feeds.setdefault(b, []).append(a)
+    pos: dict[Any, tuple[float, float]] = {}
     for y in sorted(rows):
         row = rows[y]
 
-        def pull(v: int) -> float:
-            xs = [pos[u][0] for u, _, k in g.in_edges(v, data="kind") if u in pos and k != "missing"]
+        def pull(v: Any) -> float:
+            xs = [pos[u][0] for u in feeds.get(v, ()) if u in pos]
             return sum(xs) / len(xs) if xs else float("inf")
 
-        row.sort(key=lambda v: (pull(v), g.nodes[v]["order"]))
+        def order(v: Any) -> float:
+            return g.nodes[v]["order"] if not isinstance(v, tuple) else -1
+
+        row.sort(key=lambda v: (pull(v), order(v)))
         for k, v in enumerate(row):
             pos[v] = (k - (len(row) - 1) / 2, -y)
-    return pos
+    return pos, {e: (pts if layer[e[0]] <= layer[e[1]] else pts[::-1]) for e, pts in routes.items()}
 
 
 def _figure(width: float, height: float) -> "Figure":
@@ -286,12 +320,13 @@ def draw_trace(
     if ax is not None and not isinstance(ax, Axes):
         raise TypeError(f"draw_trace(ax=...) takes a matplotlib Axes or None, not {type(ax).__name__}")
     g = trace_graph(trace, report=report, missing=missing)
-    pos = _positions(g)
+    pos, routes = _positions(g)
 
+    own_figure = ax is None
     if ax is None:
-        width = max((sum(1 for p in pos.values() if p[1] == y) for y in {p[1] for p in pos.values()}), default=1)
-        height = len({p[1] for p in pos.values()})
-        fig = _figure(max(6.0, 2.6 * width), max(3.0, 0.75 * height + 1.6))
+        rows = {p[1] for p in pos.values()}
+        width = max((sum(1 for p in pos.values() if p[1] == y) for y in rows), default=1)
+        fig = _figure(max(6.0, 2.3 * width + 1.6), max(3.0, 0.75 * len(rows) + 1.6))
         ax = fig.add_subplot()
     fig = ax.figure
     ax.set_axis_off()
@@ -325,7 +360,7 @@ def draw_trace(
             va="center",
             fontsize=8,
             family="monospace",
-            zorder=1,
+            zorder=3,  # above the edges: an edge never hides a label
             bbox=dict(boxstyle="round,pad=0.35", linewidth=1.6 if data["kind"] != "op" else 1.0, linestyle=linestyle, **style),
         )
         boxes[v] = t
@@ -333,24 +368,37 @@ def draw_trace(
 
     for a, b, data in g.edges(data=True):
         style = _EDGE_STYLE[data["kind"]]
-        curved = data["kind"] == "missing" or abs(pos[a][1] - pos[b][1]) > 1
-        ax.annotate(
-            "",
-            xy=pos[b],
-            xytext=pos[a],
-            zorder=2,
-            arrowprops=dict(
-                arrowstyle="-|>",
-                mutation_scale=10,
-                patchA=boxes[a].get_bbox_patch(),
-                patchB=boxes[b].get_bbox_patch(),
-                connectionstyle="arc3,rad=0.25" if curved else "arc3",
-                **style,
-            ),
-        )
+        points = [pos[p] for p in routes.get((a, b), [])]
+        chain = [pos[a], *points, pos[b]]
+        # A missing-order edge that spans one layer is bent, so it does not hide a data edge.
+        rad = 0.25 if data["kind"] == "missing" and not points else 0.0
+        for k, (start, end) in enumerate(zip(chain, chain[1:])):
+            last = k == len(chain) - 2
+            ax.annotate(
+                "",
+                xy=end,
+                xytext=start,
+                zorder=2,
+                arrowprops=dict(
+                    arrowstyle="-|>" if last else "-",
+                    mutation_scale=10,
+                    patchA=boxes[a].get_bbox_patch() if k == 0 else None,
+                    patchB=boxes[b].get_bbox_patch() if last else None,
+                    shrinkA=2 if k == 0 else 0,
+                    shrinkB=2 if last else 0,
+                    connectionstyle=f"arc3,rad={rad}",
+                    **style,
+                ),
+            )
         if data["kind"] == "missing":
-            ax.text(*_arc_middle(ax, pos[a], pos[b], 0.25), "missing order: " + ", ".join(data["hazards"]),
-                    color=_EDGE_STYLE["missing"]["color"], fontsize=7, ha="left", va="center", zorder=3)
+            if points:
+                mid = points[len(points) // 2]
+                where = (mid[0] + 0.08, mid[1])
+            else:
+                where = _arc_middle(ax, pos[a], pos[b], rad)
+            ax.text(*where, "missing order: " + ", ".join(data["hazards"]),
+                    color=_EDGE_STYLE["missing"]["color"], fontsize=7, ha="left", va="center", zorder=4,
+                    bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85))
 
     _legend(ax, g)
     heading = title or ""
@@ -358,6 +406,10 @@ def draw_trace(
         heading += ("\n" if heading else "") + "return is not the last bound symbol"
     if heading:
         ax.set_title(heading, fontsize=10, color=_AFTER_RETURN_COLOR if not title else "black")
+    if own_figure:
+        # Keeps the legend (outside the axes, on the right) and the title inside the figure, so
+        # fig.savefig(path) without bbox_inches="tight" cuts nothing off.
+        fig.set_layout_engine("constrained")
     return fig
 
 

@@ -66,18 +66,36 @@ def require_bool(value: object, name: str, owner: str) -> None:
 
 
 def require_names(value: object, name: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
-    """A sequence of option names; a bare string is the usual slip (it iterates by character)."""
+    """One option name, or a sequence of them; duplicates are dropped, order kept."""
+    names: tuple
     if isinstance(value, str):
-        raise TypeError(f"check({name}=...) takes a sequence of names, e.g. {name}=({value!r},), not the string {value!r}")
-    try:
-        names = tuple(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"check({name}=...) takes a sequence of names from {allowed}, not {_what(value)}") from None
+        names = (value,)
+    else:
+        try:
+            names = tuple(value)  # type: ignore[arg-type]
+        except TypeError:
+            raise TypeError(
+                f"check({name}=...) takes one of {allowed} or a sequence of them, not {_what(value)}"
+            ) from None
+    if not names:
+        raise ValueError(f"check({name}=...) is empty; give at least one of {allowed}")
     for n in names:
         if n not in allowed:
-            what = {"fusion_types": "fusion type", "entries": "entry"}.get(name, name)
+            what = name.replace("_", " ")
             raise ValueError(f"check({name}=...): unknown {what} {n!r}; expected one of {allowed}")
-    return names
+    return tuple(dict.fromkeys(names))
+
+
+def require_kwargs(kwargs: object) -> dict:
+    """``check(kwargs=...)``: the function's own keyword arguments, as a dict with string keys."""
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise TypeError(
+            "check(kwargs=...) takes a dict of your function's keyword arguments, e.g. kwargs={'w': w}, "
+            f"not {_what(kwargs)}"
+        )
+    return kwargs
 
 
 def _is_compiled(obj: object) -> bool:

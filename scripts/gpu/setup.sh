@@ -75,7 +75,7 @@ ENV
 # shellcheck disable=SC1090
 . "$GPU_ENV"
 
-# 5. This project, editable (thunder_ext.transforms lives in transforms/, see README *Layout*).
+# 5. This project, editable (thunder_ext.transforms lives in transforms/, see docs/layout.md).
 if ! "$PY" -c 'import thunder_ext.transforms' 2>/dev/null; then
     "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e .
 fi

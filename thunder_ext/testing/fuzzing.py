@@ -47,13 +47,13 @@ as generated (when any input requires grad) and once with none.  A cell passes w
   failure), whether or not eager raised; eager raising and the compiled run returning
   numbers is a failure; or
 * eager raises, and the compiled run raises an error of the same type; or
-* the difference is one of the documented exceptions (README, "Known limits"): eager's
+* the difference is one of the documented exceptions (docs/limits.md): eager's
   stricter version counter, eager's refusal of a write whose source overlaps its
   destination, and ``None`` where eager's gradient is all zeros.
 
 A crash (any other exception) is a failure, even where plain Thunder crashes the same way:
-for a user it is still a failed call.  The only exemptions are the Thunder limitations the
-README documents with their exact errors (:data:`DOCUMENTED_CRASHES`): such a cell is *out of
+for a user it is still a failed call.  The only exemptions are the Thunder limitations
+that docs/limits.md documents with their exact errors (:data:`DOCUMENTED_CRASHES`): such a cell is *out of
 scope*.  A failing cell's detail still says what plain Thunder (no transform, ``consecutive``,
 the cell's executors) does with the program.  A program all of whose cells are out of scope
 is rejected by the test.
@@ -600,7 +600,7 @@ def _violation_kinds(e: BaseException | None) -> str:
 
 
 def _eager_stricter(build: Builder, v) -> bool:
-    """The documented exception to the verdict rule (README, "Known limits").
+    """The documented exception to the verdict rule (docs/limits.md).
 
     Eager's autograd refuses a backward when a tensor it saved was modified in place (its
     version counter moved).  Thunder's decompositions save functional results instead (the
@@ -647,7 +647,7 @@ class _ViewAsReshape(torch.overrides.TorchFunctionMode):
 
 
 def _view_is_reshape(build: Builder, v) -> bool:
-    """The documented exception for ``view`` (README, "Known limits").
+    """The documented exception for ``view`` (docs/limits.md).
 
     A fused region gives its outputs its own layout (Thunder's proxies carry no strides): where
     eager refuses ``view`` of a tensor whose strides do not allow it ("view size is not
@@ -675,7 +675,7 @@ def _view_is_reshape(build: Builder, v) -> bool:
 
 
 def _none_for_zero_grad(v) -> bool:
-    """The documented exception for gradients (README, "Known limits").
+    """The documented exception for gradients (docs/limits.md).
 
     Thunder's autodiff gives ``None`` to an input whose only path to the outputs a later
     ``copy_`` overwrites; eager gives it a gradient of zeros.  Accepted only when the outputs
@@ -698,7 +698,7 @@ def _none_for_zero_grad(v) -> bool:
     return True
 
 
-# Thunder limitations the README documents ("Known limits"), by the exact error each raises.
+# Thunder limitations docs/limits.md documents, by the exact error each raises.
 # Nothing else is exempt from the verdict, whatever plain Thunder does.
 DOCUMENTED_CRASHES: dict[str, str] = {
     "class 7: Thunder 0.2.6 substitutes aliasing inputs": r"Attempting to reshape .* is different from the number of elements",

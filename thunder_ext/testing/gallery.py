@@ -10,7 +10,7 @@ plain Thunder 0.2.6 gets it wrong with the default executors under dataflow fusi
 configuration where the classes reproduce), as measured by ``tests/test_catalogue.py``.
 ``refused`` programs are the constructs the transform refuses with a documented error.
 ``reference`` is, for a program eager PyTorch itself refuses (its version counter is stricter,
-see the README's *Known limits*), a mutation-free function with the values the program
+see docs/limits.md), a mutation-free function with the values the program
 computes; the tests compare against it instead of against eager.
 """
 
@@ -477,7 +477,7 @@ def by_name(name: str) -> Program:
 #
 # Each builder passes the same storage twice.  Thunder ``main`` keeps two arguments whose
 # element counts differ as separate proxies in one alias group; 0.2.6 substitutes one for
-# the other and fails to reshape (see the README's class 7 entry and tests/test_input_aliases.py).
+# the other and fails to reshape (see docs/limits.md, class 7 and tests/test_input_aliases.py).
 
 
 def alias_write_view_read_base(a, b):
