@@ -807,10 +807,10 @@ class _Placer:
 
         In eager such a write changes the data and leaves the autograd history alone (an EMA's
         ``with torch.no_grad(): e.lerp_(p, 0.1)``, then ``e.norm()``).  Thunder's write output is
-        constant for autodiff, so reading it would drop the gradient.  One barrier over the old
-        version and the write's output gives a new version of ``dest`` that holds the new data
+        constant for autodiff, so reading it would drop the gradient.  One barrier over ``prev``
+        and the write's output ``out`` gives the storage a new version that holds the new data
         (ordered after the write) and whose gradient goes, through ``update_aliases``' identity
-        VJP, to the old version ``prev``.  :func:`strip_barriers` resolves it to the write's output.
+        VJP, to ``prev``.  :func:`strip_barriers` resolves it to ``out``.
         """
         plan = _Plan(
             rename={prev.name: (prev, write)},

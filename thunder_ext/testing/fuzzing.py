@@ -406,6 +406,26 @@ class _Builder:
         self.bound[buf] = max(self.bound[buf], self.b(v))  # a convex mix of the two
         return True
 
+    def no_grad_write(self) -> bool:
+        """A write under ``torch.no_grad()`` (an EMA-style update), into any writable name: eager
+        allows it on a leaf that requires grad too, and later reads keep the tensor's history."""
+        v = self.pick(lambda v: v.writable)
+        if v is None:
+            return False
+        op = self.draw(st.sampled_from(("mul_", "add_", "lerp_")))
+        other, ob = self.operand(v)
+        if op == "lerp_":
+            w = self.pick(lambda w: w.shape == v.shape and w.name != v.name)
+            if w is None:
+                return False
+            line, bound = f"{v.name}.lerp_({w.name}, 0.1)", max(self.b(v), self.b(w))
+        else:
+            line, bound = f"{v.name}.{op}({other})", self.b(v) * ob if op == "mul_" else self.b(v) + ob
+        if bound > LIMIT:
+            return False
+        self.write(v, f"with torch.no_grad(): {line}", bound)
+        return True
+
     STATEMENTS = (
         "unary",
         "binary",
@@ -418,6 +438,7 @@ class _Builder:
         "index_copy",
         "batch_norm",
         "buffer_update",
+        "no_grad_write",
     )
 
 
