@@ -902,3 +902,30 @@ def test_view_made_before_cut_is_made_after_it_torch_compile():
 
     cells = judge_function(index_copy_from_view_made_before_cut, make, configs=TORCH_COMPILE).cells
     assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+
+
+# -- soak seed 11000: a write under no_grad into an input that requires grad ----------------------
+
+
+def copy_after_no_grad_write(a, b, c):
+    with torch.no_grad():
+        b.mul_(a)  # b keeps its history (a leaf that requires grad)
+    c + a
+    c.copy_(b)  # c does not require grad: eager gives it b's history
+    return (c,)
+
+
+def test_copy_after_no_grad_write():
+    """Refused with the returned-input error (plain Thunder silently drops b's gradient); before,
+    the no-grad write's output counted as carrying no gradient, and the transform dropped it too."""
+    assert_matches_eager(copy_after_no_grad_write, lambda g: (_x(g) * 1, _x(g), _x(False)))
+
+
+def ema_read_after_no_grad_write(e, p):
+    with torch.no_grad():
+        e.lerp_(p, 0.1)
+    return (e * e).sum(), e.sin()
+
+
+def test_ema_read_after_no_grad_write():
+    assert_matches_eager(ema_read_after_no_grad_write, lambda g: (_x(g), _x(False)))

@@ -96,9 +96,15 @@ def differentiable_names(trace: TraceCtx) -> set[str]:
         return names
     for bsym in trace.bound_symbols:
         # Factories shaped like their input (zeros_like, ...) carry no gradient, and neither
-        # does an in-place op traced under no_grad (its copy_ says grad_enabled=False: by the
-        # time transforms run, Thunder has dropped the set_grad_enabled markers).
-        if str(bsym.sym.id).endswith("_like") or copies_without_grad(bsym):
+        # does the value an in-place op traced under no_grad computes (its copy_ says
+        # grad_enabled=False: by the time transforms run, Thunder has dropped the
+        # set_grad_enabled markers).  The tensor it writes keeps its own history, as in eager
+        # (the barrier pass's straight-through barrier), so its output stays differentiable.
+        if str(bsym.sym.id).endswith("_like"):
+            continue
+        if copies_without_grad(bsym):
+            effect = effect_of(bsym)
+            names.update(o.name for o, a in effect.aliases if a.name in names and any(a is w for w in effect.writes))
             continue
         if any(p.name in names for p in bsym.flat_proxy_args):
             names.update(
