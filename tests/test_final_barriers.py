@@ -16,6 +16,7 @@ from support import ARGS_TENSOR_MASK, ARGS_TENSOR_MASK_FAILS, MATRIX, config_id
 from thunder_ext import InplaceBarrierTransform, final_traces, last_reports, verify
 from thunder_ext.checker import TraceInvariantError, assert_barrier_removal, verify_barrier_removal
 from thunder_ext.final_barriers import count_barriers, remove_final_barriers
+from thunder_ext.reinplace import fold_copies
 from thunder_ext.testing.compare import differential
 from thunder_ext.testing.gallery import PROGRAMS, by_name, reference_outcome
 
@@ -96,6 +97,9 @@ def test_ema_loses_every_barrier_and_matches_eager():
     assert count_barriers(final) == (0, 0)
     (rep,) = last_reports(jfn)
     assert rep.final_forward.removed == 6 and rep.final_forward.removed_ours == 6
+    # Every e.mul_ and .add_ is then one op writing e (out=), as in eager: no copy_ left.
+    assert rep.final_forward.copies_folded == 6
+    assert not [b for b in final.bound_symbols if b.sym.name == "copy_"], str(final)
     assert "6 barriers removed" in str(rep)
     eager_args, args = _ema_args(), _ema_args()
     torch.testing.assert_close(jfn(*args), _ema(*eager_args))
@@ -109,8 +113,11 @@ def test_removal_changes_nothing_but_names():
     new, rep = remove_final_barriers(before)
     assert str(before) == text
     assert verify_barrier_removal(before, new) == []
-    # What runs is this trace with its return unwrapped by Thunder afterwards (no backward).
-    assert [str(b) for b in new.bound_symbols[:-1]] == [str(b) for b in final.bound_symbols[:-1]]
+    # What runs is this trace with its copies folded, and its return unwrapped by Thunder
+    # afterwards (no backward).
+    folded, n = fold_copies(new)
+    assert n == 6
+    assert [str(b) for b in folded.bound_symbols[:-1]] == [str(b) for b in final.bound_symbols[:-1]]
     assert rep.trace_with_barriers is before
     assert "thunder_ext final barrier removal" in str(new.get_provenance())
 
@@ -216,3 +223,80 @@ def test_backward_barriers_removed_with_torch_compile():
     assert count_barriers(obw)[0] >= 1 and count_barriers(bw)[0] == 0
     (rep,) = last_reports(verdict.outcome.compiled)
     assert rep.final_backward.removed == count_barriers(obw)[0]
+
+
+def _read_between(x, w):
+    t = x * w
+    s = x.sum()  # reads x after the op and before the write: the fold would change it
+    x.copy_(t)
+    return s, x * 1
+
+
+def _view_read_between(x, w):
+    v = x[0]
+    t = x * w
+    s = v.sum()  # through a view
+    x.copy_(t)
+    return s, x + 1
+
+
+def _casting_copy(x, w):
+    x.copy_(w.double() * 2)  # a float64 result into a float32 tensor: a cast, never folded
+    return x.sin()
+
+
+def _chain_of_writes(x, y):
+    x.mul_(2).add_(y).clamp_(-1, 1)
+    y.sub_(x)
+    return x * y
+
+
+@pytest.mark.parametrize("fn,shapes", [
+    (_read_between, [(4, 3), (4, 3)]),
+    (_view_read_between, [(4, 3), (4, 3)]),
+    (_casting_copy, [(4, 3), (4, 3)]),
+    (_chain_of_writes, [(4, 3), (4, 3)]),
+], ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize("executors", ["default", "torch_compile"])
+def test_folded_copies_match_eager(fn, shapes, executors):
+    """Writes folded into out= (or left, where a read, a view or a broadcast is in the way) give eager's values."""
+    from thunder_ext.testing.compare import Config
+
+    def build():
+        return fn, tuple(torch.randn(*s) for s in shapes), {}
+
+    verdict = differential(build, Config(transform=True, fusion_type="dataflow", executors=executors, check=True))
+    assert verdict.status == "correct", verdict.detail
+
+
+def test_fold_blocked_by_a_read_between():
+    """A read of the destination between the op and its copy_ keeps the copy_ (the fold would change the read)."""
+    from thunder.core.trace import TraceCtx, tracectx
+    from thunder.core.proxies import TensorProxy
+    from thunder.core import prims
+    from thunder.executors.torchex import copy_, mul, sum as tsum
+
+    def f(x, w):
+        pass
+
+    def build(read_between: bool):
+        trace = TraceCtx(f)
+        with tracectx(trace):
+            mk = lambda name: TensorProxy(name, shape=(3,), device=thunder.core.devices.cpu, dtype=thunder.float32, requires_grad=False)  # noqa: E731
+            x, w = mk("x"), mk("w")
+            t, c = TensorProxy(like=x), TensorProxy(like=x)
+            s = TensorProxy(like=x, shape=())
+        trace.args = (x, w)
+        read = tsum.bind(x, None, False, dtype=None, output=s)
+        body = [mul.bind(x, w, output=t), copy_.bind(t, x, grad_enabled=True, output=c)]
+        body = body[:1] + [read] + body[1:] if read_between else [read] + body
+        trace.bound_symbols = [*body, prims.python_return.bind((s, c), output=None)]
+        return trace
+
+    assert fold_copies(build(read_between=True))[1] == 0
+    folded, n = fold_copies(build(read_between=False))
+    assert n == 1
+    x, w = torch.randn(3), torch.randn(3)
+    s, c = folded.python_callable()(x.clone(), w)
+    torch.testing.assert_close(s, x.sum())
+    torch.testing.assert_close(c, x * w)

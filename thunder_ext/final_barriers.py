@@ -83,6 +83,9 @@ class BarrierRemovalReport:
     # since the removal changes nothing but names.
     left_unread: int = 0
     kept: int = 0  # top-level barriers left in place (see ``why_kept``)
+    # Then, with no barrier left: op + copy_ pairs folded into op(..., out=dst)
+    # (thunder_ext.reinplace.fold_copies; set by the transform).
+    copies_folded: int = 0
     why_kept: str = ""
     seconds: float = 0.0
     trace_with_barriers: TraceCtx | None = None  # the trace before the removal
@@ -167,11 +170,7 @@ def remove_final_barriers(trace: TraceCtx) -> tuple[TraceCtx, BarrierRemovalRepo
     computed = {p.name for b in new_bsyms if not _is_del_or_clear(b) for p in b.flat_proxy_outs if isinstance(p, Proxy)}
     report.left_unread = len((barrier_reads & computed) - read_after)
 
-    from thunder.executors.passes import del_last_used
-
-    renamed = from_trace(trace)
-    renamed.bound_symbols = new_bsyms
-    new = del_last_used(renamed, clear_mutable_collections=had_clears)
+    new = recompute_dels(trace, new_bsyms, clear_mutable_collections=had_clears)
     report.seconds = (time.perf_counter_ns() - start) / 1e9
     new.set_provenance(
         TraceProvenance(
@@ -180,6 +179,20 @@ def remove_final_barriers(trace: TraceCtx) -> tuple[TraceCtx, BarrierRemovalRepo
         )
     )
     return new, report
+
+
+def recompute_dels(trace: TraceCtx, bsyms: list[BoundSymbol], *, clear_mutable_collections: bool | None = None) -> TraceCtx:
+    """A trace like ``trace`` with ``bsyms`` (no ``del``s) and Thunder's ``del_last_used`` run on it.
+
+    ``clear_mutable_collections`` defaults to whether ``trace`` clears collections (the backward does).
+    """
+    from thunder.executors.passes import del_last_used
+
+    if clear_mutable_collections is None:
+        clear_mutable_collections = any(b.sym.name == "clear_mutable_collection" for b in trace.bound_symbols)
+    out = from_trace(trace)
+    out.bound_symbols = [b for b in bsyms if not _is_del_or_clear(b)]
+    return del_last_used(out, clear_mutable_collections=clear_mutable_collections)
 
 
 def _reads_any(bsym: BoundSymbol, rename: dict) -> bool:

@@ -67,7 +67,7 @@ class StageReports:
     def __repr__(self) -> str:
         # Printed inside the list last_reports returns: one line, no trace.
         parts = [f"{name}: {barrier_report_headline(r) if r else 'did not run'}" for name, r in self._stages()]
-        parts += [f"{name}: {removal_report_headline(r)}" for name, r in self._removals()]
+        parts += [f"{name}: {r.removed} barrier(s) removed" for name, r in self._removals()]
         return f"<StageReports {'; '.join(parts)}>"
 
     def __str__(self) -> str:
@@ -206,9 +206,10 @@ def collect_final_traces(compiled, *, with_barriers: bool = False) -> list[tuple
 
 
 def _with_barriers(removal: BarrierRemovalReport | None, final: TraceCtx) -> TraceCtx:
-    if removal is None or removal.trace_with_barriers is None or removal.removed == 0:
+    if removal is None or removal.trace_with_barriers is None:
         return final
-    # Thunder unwraps a forward without backward after the hook: the removal saw the trace before.
+    # Before the removal and the copy folding (Thunder unwraps the return of a forward without
+    # backward after the hook, so this one still returns the wrapped form).
     return removal.trace_with_barriers
 
 

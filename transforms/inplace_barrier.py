@@ -32,7 +32,7 @@ from thunder_ext.final_barriers import BarrierRemovalReport, count_barriers, rem
 from thunder_ext.input_aliases import aliased_inputs, guard_substituted_aliases
 from thunder_ext.integration import install_barrier_stage, reports_for
 from thunder_ext.logs import log_refusal, log_removal, log_report
-from thunder_ext.reinplace import reinplace
+from thunder_ext.reinplace import fold_copies, reinplace
 from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients
 from thunder_ext.remat_guard import has_nvfuser
 from thunder_ext.validation import require_bool
@@ -103,6 +103,9 @@ class InplaceBarrierTransform(thunder.Transform):
                 from thunder_ext.checker import assert_barrier_removal
 
                 assert_barrier_removal(ordered, new, stage="final backward trace" if backward else "final forward trace")
+            # With no barrier left, an op whose result only a copy_ reads can write the copy's
+            # destination itself (thunder_ext.reinplace.fold_copies).
+            new, removal.copies_folded = fold_copies(new, aliased)
         else:
             top, in_regions = count_barriers(new)
             removal = BarrierRemovalReport(
