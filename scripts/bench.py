@@ -312,7 +312,7 @@ def compile_chart(rows: list[dict], path: str, title: str) -> None:
         ys = [r[key] for r in rows]
         ax.plot(ns, ys, style, color=color, label=label, ms=4)
         for n, y in zip(ns, ys):
-            ax.annotate(f"{y:.2f}", (n, y), textcoords="offset points", xytext=(4, -10 if "own" in key else 4), fontsize=6)
+            ax.annotate(f"{y:.2f}", (n, y), textcoords="offset points", xytext=(4, 5 if key.startswith("plain") else -10), fontsize=6)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(ns)
