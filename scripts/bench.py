@@ -3,6 +3,7 @@
     .venv/bin/python scripts/bench.py                      # N in 100 200 400
     .venv/bin/python scripts/bench.py --n 50 100 --json out.json
     .venv/bin/python scripts/bench.py --skip-gallery       # only the timing loop
+    .venv/bin/python scripts/bench.py --skip-gallery --n 100 200 400 800 1600 --png docs/img/compile_time.png
 
 Three markdown tables, each with ratios against plain Thunder from this very run:
 
@@ -16,6 +17,9 @@ Three markdown tables, each with ratios against plain Thunder from this very run
     the wall-clock first call of plain ``thunder.jit``.  The transform runs with
     ``check=False`` (the checker is a debugging aid, not part of the pass).
 (c) scaling: the transform's time per bound symbol against the length of the trace it saw.
+
+``--png PATH`` also draws (b): first-call time against N, plain Thunder and the transform
+(and the transform's own share), on log-log axes.
 
 Timings are single first calls on whatever machine runs this; compare ratios, not seconds.
 """
@@ -290,6 +294,40 @@ def scaling_table(rows: list[dict]) -> str:
     return markdown(header, body)
 
 
+def compile_chart(rows: list[dict], path: str, title: str) -> None:
+    """First-call time against N (log-log): plain Thunder, the transform, and the transform's own time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = [r["n"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    series = (
+        ("plain_first_call_s", "plain Thunder, first call", "#e76f51", "o-"),
+        ("transform_first_call_s", "with the transform, first call", "#2a9d8f", "s-"),
+        ("transform_own_s", "the transform's own time (both passes)", "#264653", "^--"),
+    )
+    for key, label, color, style in series:
+        ys = [r[key] for r in rows]
+        ax.plot(ns, ys, style, color=color, label=label, ms=4)
+        for n, y in zip(ns, ys):
+            ax.annotate(f"{y:.2f}", (n, y), textcoords="offset points", xytext=(4, 5 if key.startswith("plain") else -10), fontsize=6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(ns)
+    ax.set_xticklabels([f"{n}\n({r['before_autodiff_bsyms'] or '?'} bsyms)" for n, r in zip(ns, rows)], fontsize=7)
+    ax.minorticks_off()
+    ax.set_xlabel("N, in-place loop iterations (trace length the transform sees before autodiff)")
+    ax.set_ylabel("seconds")
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=7)
+    ax.grid(True, which="major", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def warm_up() -> None:
     """One tiny compilation of each kind, so that the first timed N pays no import costs."""
     import thunder
@@ -308,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="time each N this many times, keep the median")
     parser.add_argument("--json", metavar="PATH", help="also write every number to PATH as JSON")
     parser.add_argument("--skip-gallery", action="store_true", help="skip (a), the gallery counts")
+    parser.add_argument("--png", metavar="PATH", help="also draw (b), first-call time against N, as a PNG")
     ns = parser.parse_args(argv)
 
     import thunder
@@ -345,6 +384,13 @@ def main(argv: list[str] | None = None) -> int:
     print("\n## (c) scaling of the transform's own time with trace length\n")
     print(scaling_table(loops))
     result["loop"] = loops
+    if ns.png:
+        compile_chart(
+            loops, ns.png,
+            f"first call of y.add_(1); acc = acc + y, N times (thunder {result['env']['thunder']}, "
+            f"torch {torch.__version__}, {platform.machine()}, {'median of ' + str(ns.repeat) if ns.repeat > 1 else 'one run'})",
+        )  # fmt: skip
+        print(f"\nwrote {ns.png}")
 
     if ns.json:
         with open(ns.json, "w") as f:

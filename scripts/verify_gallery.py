@@ -33,10 +33,20 @@ def _verified(fn, args, transform: bool, fusion_type: str) -> Counter | None:
     fw = thunder.last_traces(jfn)
     if not fw:
         return None
-    kinds = Counter(v.kind for v in verify(fw[-1]))
     bw = thunder.last_backward_traces(jfn)
-    if bw:
-        kinds += Counter(v.kind for v in verify(bw[-1]))
+    traces = [fw[-1], bw[-1] if bw else None]
+    if transform and getattr(thunder.compile_stats(jfn), "last_traces", None) is not None:
+        from thunder_ext.integration import collect_final_traces
+
+        # The transform removes its barriers from what runs (program order orders it then):
+        # verify judges the final traces as they were before.
+        done = collect_final_traces(jfn, with_barriers=True)
+        if done:
+            traces = list(done[0])
+    kinds = Counter()
+    for t in traces:
+        if t is not None:
+            kinds += Counter(v.kind for v in verify(t))
     return kinds
 
 

@@ -151,11 +151,21 @@ def test_written_buffers_are_private_and_dead(name, grad):
 
 def _pass_input_and_output(compiled):
     """(input, output) of the reinplace pass, for the forward and backward traces it rewrote."""
+    from thunder_ext import last_reports
+
     pairs = []
-    for traces in (thunder.last_traces(compiled), thunder.last_backward_traces(compiled) or []):
-        for k, t in enumerate(traces):
-            if k and "thunder_ext reinplace" in str(t.get_provenance()):
-                pairs.append((traces[k - 1], t))
+    (rep,) = last_reports(compiled)
+    for traces, removal in (
+        (thunder.last_traces(compiled), rep.final_forward),
+        (thunder.last_backward_traces(compiled) or [], rep.final_backward),
+    ):
+        # The hook records one trace (after barrier removal and copy folding); the reinplace
+        # pass's own output is the trace the removal started from.
+        out = removal.trace_with_barriers if removal is not None else None
+        if out is None or "thunder_ext reinplace" not in str(out.get_provenance()):
+            continue
+        hook = max(k for k, t in enumerate(traces) if "thunder_ext" in str(t.get_provenance()))
+        pairs.append((traces[hook - 1], out))
     return pairs
 
 

@@ -23,7 +23,8 @@ LEGEND = (
     ("barriers before", "update_aliases barriers in plain Thunder's final forward and backward traces "
               "(Thunder's own alias pass); '-' when the run crashed"),
     ("barriers after", "barriers in the final traces with the transform: it replaces Thunder's and keeps "
-              "only those that data edges need; '-' when the run was refused"),
+              "only those that data edges need (counted before it removes them from what runs, once "
+              "program order is final); '-' when the run was refused"),
     ("dead writes removed", "dead in-place ops the transform removed, before autodiff and at the fusion stage"),
 )
 WIDTH = 100
@@ -52,7 +53,8 @@ def gallery_table(*, entry: str = "jit", executors: str = "default") -> tuple[li
             row[f"{label}_detail"] = v.detail
             barriers, dead = "-", "-"
             if v.outcome is not None and v.outcome.compiled is not None and v.status in ("correct", "wrong"):
-                traces = collect_final_traces(v.outcome.compiled)
+                # The barriers that order the final traces, before the transform removes them.
+                traces = collect_final_traces(v.outcome.compiled, with_barriers=True)
                 barriers = str(sum(barrier_count(fw) + (barrier_count(bw) if bw else 0) for fw, bw in traces))
                 if transform:
                     reps = collect_reports(v.outcome.compiled)

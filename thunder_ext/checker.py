@@ -279,3 +279,94 @@ def assert_valid(trace: TraceCtx, *, stage: str = "trace", aliased_inputs: Itera
         raise TraceInvariantError(
             f"thunder_ext check failed on the {stage}: {len(violations)} violation(s)\n" + format_report(violations)
         )
+
+
+# -- barrier removal on the final traces changes nothing but names ----------------------------
+
+
+def _top_barrier(b: BoundSymbol) -> bool:
+    from thunder_ext.op_kinds import is_barrier
+
+    return not is_fusion(b) and is_barrier(b)
+
+
+def _shape(b: BoundSymbol, rename: dict[str, str]) -> tuple:
+    """A bsym as a comparable value: its symbol, its flattened inputs and outputs (proxies by
+    name after ``rename``, the rest by repr), and its subsymbols the same way."""
+    from thunder.core.proxies import Proxy
+    from thunder.core.pytree import tree_flatten
+
+    def flat(x) -> tuple:
+        leaves, spec = tree_flatten(x)
+        return tuple(rename.get(v.name, v.name) if isinstance(v, Proxy) else repr(v) for v in leaves), str(spec)
+
+    return (
+        b.sym.name,
+        str(b.sym.id),
+        flat((b.args, b.kwargs)),
+        flat(b.output),
+        tuple(_shape(s, rename) for s in b.subsymbols),
+    )
+
+
+def _del_problems(trace: TraceCtx) -> list[str]:
+    """Names read after their ``del``, deleted twice, or deleted before they exist."""
+    problems: list[str] = []
+    deleted: dict[str, int] = {}
+    for i, b in enumerate(trace.bound_symbols):
+        if b.sym.id == PrimIDs.DEL:
+            for p in b.flat_proxy_args:
+                if p.name in deleted:
+                    problems.append(f"`{p.name}` deleted twice (bsyms {deleted[p.name]} and {i})")
+                deleted[p.name] = i
+            continue
+        for p in b.flat_proxy_args:
+            if p.name in deleted:
+                problems.append(f"`{p.name}` read by bsym {i} ({b.sym.name}) after its del at {deleted[p.name]}")
+    return problems
+
+
+def verify_barrier_removal(before: TraceCtx, after: TraceCtx) -> list[str]:
+    """What :func:`thunder_ext.final_barriers.remove_final_barriers` changed besides names.
+
+    ``after`` must be ``before`` less its top-level ``update_aliases``, every output of one
+    renamed to its argument (through chains), with the ``del``s and collection clears left
+    out of the comparison; and in ``after`` no name is used after its ``del``.  Returns one line
+    per difference (empty: the removal changed nothing but names).
+    """
+    require_trace(before, "verify_barrier_removal")
+    require_trace(after, "verify_barrier_removal")
+    rename: dict[str, str] = {}
+    expected = []
+    for b in before.bound_symbols:
+        if _top_barrier(b):
+            outs, args = b.flat_proxy_outs, b.flat_proxy_args
+            if len(outs) != len(args):
+                expected.append(b)  # the removal leaves these
+                continue
+            for o, a in zip(outs, args):
+                rename[o.name] = rename.get(a.name, a.name)
+            continue
+        if b.sym.id == PrimIDs.DEL or b.sym.name == "clear_mutable_collection":
+            continue
+        expected.append(b)
+    got = [b for b in after.bound_symbols if b.sym.id != PrimIDs.DEL and b.sym.name != "clear_mutable_collection"]
+    problems: list[str] = []
+    if len(got) != len(expected):
+        problems.append(f"{len(got)} bound symbols (dels aside) where {len(expected)} were expected")
+    for k, (e, g) in enumerate(zip(expected, got)):
+        if _shape(e, rename) != _shape(g, {}):
+            problems.append(f"bsym {k}: expected {describe(e)} (renamed), got {describe(g)}")
+            break  # the rest is shifted
+    problems.extend(_del_problems(after))
+    return problems
+
+
+def assert_barrier_removal(before: TraceCtx, after: TraceCtx, *, stage: str = "final trace") -> None:
+    """Raise :class:`TraceInvariantError` when the barrier removal changed more than names."""
+    problems = verify_barrier_removal(before, after)
+    if problems:
+        raise TraceInvariantError(
+            f"thunder_ext check failed on the barrier removal of the {stage}: {len(problems)} problem(s)\n"
+            + "\n".join(f"  {p}" for p in problems)
+        )

@@ -45,7 +45,8 @@ LEGEND = (
     ("violations", "ordering hazards thunder_ext.verify finds in the run's traces, by kind (RAW read-after-write, "
                    "WAR write-after-read, WAW, dead-write, ...); '-' when no trace was checked. A correct result "
                    "with violations is correct by luck: another legal fusion order can make it wrong"),
-    ("barriers", "update_aliases barriers in the final forward and backward traces ('-' when the run did not finish)"),
+    ("barriers", "update_aliases barriers in the final forward and backward traces, before the transform removes "
+                 "them from what runs ('-' when the run did not finish)"),
     ("detail", "why a run is not correct, or else its first violation"),
 )
 DETAIL_WIDTH = 100
@@ -279,7 +280,8 @@ def _inspect_traces(row: CheckRow, outcome: Outcome | None) -> None:
     prefix = "final" if completed else "last recorded"
     stages = []
     try:
-        finals = collect_final_traces(outcome.compiled)
+        # Before barrier removal: data edges order the accesses there (what verify checks).
+        finals = collect_final_traces(outcome.compiled, with_barriers=True)
         for k, trace in enumerate(collect_fusion_stage_traces(outcome.compiled)):
             stages.append((_stage("fusion stage", k), trace))
         for k, (fw, bw) in enumerate(finals):

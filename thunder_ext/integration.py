@@ -32,7 +32,13 @@ from thunder_ext.barriers import BarrierReport, place_barriers
 from thunder_ext.errors import InplaceOrderingError
 from thunder_ext.logs import log_refusal, log_report
 from thunder_ext.refusals import refuse_saved_tensor_mutation
-from thunder_ext.summaries import barrier_report_headline, barrier_report_html, barrier_report_lines
+from thunder_ext.final_barriers import BarrierRemovalReport
+from thunder_ext.summaries import (
+    barrier_report_headline,
+    barrier_report_html,
+    barrier_report_lines,
+    removal_report_headline,
+)
 from thunder_ext.validation import require_compiled, warn_if_nothing_to_report
 
 STAGE_NAME = "thunder_ext_inplace_barriers"
@@ -48,13 +54,20 @@ class StageReports:
     # Inputs that share storage in the call being compiled (thunder_ext.input_aliases); set
     # before autodiff, read by the fusion-stage pass of the same compilation.
     aliased_inputs: tuple[frozenset[str], ...] = ()
+    # Barrier removal on the final traces (thunder_ext.final_barriers), forward and backward.
+    final_forward: "BarrierRemovalReport | None" = None
+    final_backward: "BarrierRemovalReport | None" = None
 
     def _stages(self) -> list[tuple[str, BarrierReport | None]]:
         return [("before autodiff", self.before_autodiff), ("fusion stage", self.fusion_stage)]
 
+    def _removals(self) -> list[tuple[str, "BarrierRemovalReport"]]:
+        return [(n, r) for n, r in (("final forward", self.final_forward), ("final backward", self.final_backward)) if r]
+
     def __repr__(self) -> str:
         # Printed inside the list last_reports returns: one line, no trace.
         parts = [f"{name}: {barrier_report_headline(r) if r else 'did not run'}" for name, r in self._stages()]
+        parts += [f"{name}: {r.removed} barrier(s) removed" for name, r in self._removals()]
         return f"<StageReports {'; '.join(parts)}>"
 
     def __str__(self) -> str:
@@ -66,6 +79,8 @@ class StageReports:
             head, *rest = barrier_report_lines(r)
             lines.append(f"{name}: {head}")
             lines.extend(rest)
+        for name, r in self._removals():
+            lines.append(f"{name}: {removal_report_headline(r)}")
         if self.fusion_stage_trace is not None:
             lines.append("(the fusion-stage trace: thunder_ext.fusion_stage_traces(fn))")
         return "\n".join(lines)
@@ -75,6 +90,7 @@ class StageReports:
             f"<div><b>{html.escape(name)}</b>: " + (barrier_report_html(r) if r else "did not run") + "</div>"
             for name, r in self._stages()
         ]
+        rows += [f"<div><b>{html.escape(n)}</b>: {html.escape(removal_report_headline(r))}</div>" for n, r in self._removals()]
         return '<div class="thunder-ext-stage-reports">' + "".join(rows) + "</div>"
 
 
@@ -166,7 +182,7 @@ def collect_fusion_stage_traces(compiled) -> list[TraceCtx]:
     return [r.fusion_stage_trace for r in collect_reports(compiled) if r.fusion_stage_trace is not None]
 
 
-def collect_final_traces(compiled) -> list[tuple[TraceCtx, TraceCtx | None]]:
+def collect_final_traces(compiled, *, with_barriers: bool = False) -> list[tuple[TraceCtx, TraceCtx | None]]:
     """:func:`final_traces` without the argument checks and warnings."""
     import thunder
 
@@ -176,9 +192,25 @@ def collect_final_traces(compiled) -> list[tuple[TraceCtx, TraceCtx | None]]:
             continue  # never compiled: thunder.last_traces would raise
         fw = thunder.last_traces(fn)
         bw = thunder.last_backward_traces(fn)
-        if fw:
-            out.append((fw[-1], bw[-1] if bw else None))
+        if not fw:
+            continue
+        pair = (fw[-1], bw[-1] if bw else None)
+        if with_barriers:
+            rep = reports_for(thunder.compile_data(fn))
+            pair = (
+                _with_barriers(rep.final_forward, pair[0]),
+                _with_barriers(rep.final_backward, pair[1]) if pair[1] is not None else None,
+            )
+        out.append(pair)
     return out
+
+
+def _with_barriers(removal: BarrierRemovalReport | None, final: TraceCtx) -> TraceCtx:
+    if removal is None or removal.trace_with_barriers is None:
+        return final
+    # Before the removal and the copy folding (Thunder unwraps the return of a forward without
+    # backward after the hook, so this one still returns the wrapped form).
+    return removal.trace_with_barriers
 
 
 def last_reports(compiled) -> list[StageReports]:
@@ -203,14 +235,18 @@ def fusion_stage_traces(compiled) -> list[TraceCtx]:
     return collect_fusion_stage_traces(compiled)
 
 
-def final_traces(compiled) -> list[tuple[TraceCtx, TraceCtx | None]]:
+def final_traces(compiled, *, with_barriers: bool = False) -> list[tuple[TraceCtx, TraceCtx | None]]:
     """(final forward trace, final backward trace or None) per compiled function or subgraph.
 
-    Works without the transform too; warns when ``compiled`` has no compilation yet.
+    These are the traces that run: with the transform, without their top-level barriers
+    (:mod:`thunder_ext.final_barriers`).  ``with_barriers=True`` gives them as they were before
+    the removal, ordered by data edges, which is what :func:`thunder_ext.verify` checks.
+    Works without the transform too (nothing is removed then); warns when ``compiled`` has no
+    compilation yet.
     """
     require_compiled(compiled, "final_traces")
     warn_if_nothing_to_report(compiled, jitted_functions(compiled), "final_traces", need_transform=False)
-    return collect_final_traces(compiled)
+    return collect_final_traces(compiled, with_barriers=with_barriers)
 
 
 def barrier_count(trace: TraceCtx) -> int:

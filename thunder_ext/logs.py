@@ -78,5 +78,14 @@ def log_report(stage: str, report, trace=None) -> None:
         logger.debug("%s: trace after the pass:\n%s", stage, trace)
 
 
+def log_removal(stage: str, report) -> None:
+    """One line for a :class:`~thunder_ext.final_barriers.BarrierRemovalReport`."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    from thunder_ext.summaries import removal_report_headline
+
+    logger.info("%s: %s", stage, removal_report_headline(report))
+
+
 def log_refusal(stage: str, error: BaseException) -> None:
     logger.info("%s: refused with %s: %s", stage, type(error).__name__, error)

@@ -14,7 +14,10 @@ It acts twice:
 With ``check=True`` it verifies its own output and the final forward and backward traces
 with :func:`thunder_ext.checker.assert_valid`.  Last, on the final traces, it re-inplaces
 out-of-place elementwise ops whose private input buffer dies there
-(:mod:`thunder_ext.reinplace`), so functionalized writes cost no extra memory.
+(:mod:`thunder_ext.reinplace`), so functionalized writes cost no extra memory, and removes
+every top-level barrier, which orders nothing once program order is final
+(:mod:`thunder_ext.final_barriers`; with ``check=True`` the removal is checked to change
+nothing but names).  Both only where no later transform has a post-optimization hook.
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ from thunder.core.trace import TraceCtx
 
 from thunder_ext.barriers import place_barriers
 from thunder_ext.errors import InplaceOrderingError
+from thunder_ext.final_barriers import BarrierRemovalReport, count_barriers, remove_final_barriers
 from thunder_ext.input_aliases import aliased_inputs, guard_substituted_aliases
 from thunder_ext.integration import install_barrier_stage, reports_for
-from thunder_ext.logs import log_refusal, log_report
-from thunder_ext.reinplace import reinplace
+from thunder_ext.logs import log_refusal, log_removal, log_report
+from thunder_ext.reinplace import fold_copies, reinplace
 from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients
 from thunder_ext.remat_guard import has_nvfuser
 from thunder_ext.validation import require_bool
@@ -79,16 +83,42 @@ class InplaceBarrierTransform(thunder.Transform):
 
     def transform_trace_post_optimization(self, computation_trace: TraceCtx, **kwargs) -> TraceCtx:
         cd = get_compile_data()
+        last = self._last_to_rewrite(cd)
         # Re-inplacing only reuses buffers that nothing reads any more (thunder_ext.reinplace), in
         # program order: only where no later transform may still rewrite the final trace.
-        new = reinplace(computation_trace)[0] if self._last_to_rewrite(cd) else computation_trace
+        new = reinplace(computation_trace)[0] if last else computation_trace
+        aliased = reports_for(cd).aliased_inputs if cd is not None else ()
         if self.check:
             from thunder_ext.checker import assert_valid
 
-            # The trace that runs (its slice copies carry their barriers; the out= forms are
-            # ordered by program order, which is final here).
-            aliased = reports_for(cd).aliased_inputs if cd is not None else ()
+            # The trace that runs, barriers still in (its slice copies carry their barriers; the
+            # out= forms are ordered by program order, which is final here).
             assert_valid(new, stage="final trace", aliased_inputs=aliased)
+        backward = _is_backward(computation_trace)
+        if last:
+            # Program order is final: a barrier orders nothing any more, and costs a call per step.
+            ordered = new
+            new, removal = remove_final_barriers(ordered)
+            if self.check and new is not ordered:
+                from thunder_ext.checker import assert_barrier_removal
+
+                assert_barrier_removal(ordered, new, stage="final backward trace" if backward else "final forward trace")
+            # With no barrier left, an op whose result only a copy_ reads can write the copy's
+            # destination itself (thunder_ext.reinplace.fold_copies).
+            new, removal.copies_folded = fold_copies(new, aliased)
+        else:
+            top, in_regions = count_barriers(new)
+            removal = BarrierRemovalReport(
+                kept=top, in_regions=in_regions, trace_with_barriers=new,
+                why_kept="a later transform of this compilation rewrites the final traces" if top else "",
+            )  # fmt: skip
+        if cd is not None:
+            reports = reports_for(cd)
+            if backward:
+                reports.final_backward = removal
+            else:
+                reports.final_forward, reports.final_backward = removal, None
+        log_removal("final backward trace" if backward else "final forward trace", removal)
         return new
 
     def _last_to_rewrite(self, cd) -> bool:
@@ -99,3 +129,8 @@ class InplaceBarrierTransform(thunder.Transform):
         after = transforms[next(k for k, t in enumerate(transforms) if t is self) + 1 :]
         base = thunder.Transform.transform_trace_post_optimization
         return all(type(t).transform_trace_post_optimization is base for t in after)
+
+
+def _is_backward(trace: TraceCtx) -> bool:
+    """The trace is the backward Thunder's forward/backward split made (its function is ``backward_fn``)."""
+    return getattr(getattr(trace, "fn", None), "__name__", None) == "backward_fn"

@@ -596,11 +596,11 @@ def _is_checker_error(e: BaseException | None) -> bool:
 
 
 def trace_violations(compiled) -> list[str]:
-    """Violations that :func:`verify` finds in the final and fusion-stage traces of ``compiled``."""
+    """Violations that :func:`verify` finds in the final (before barrier removal) and fusion-stage traces of ``compiled``."""
     from thunder_ext.checker import verify
     from thunder_ext.integration import collect_final_traces, collect_fusion_stage_traces
 
-    traces = [t for fw, bw in collect_final_traces(compiled) for t in (fw, bw) if t is not None]
+    traces = [t for fw, bw in collect_final_traces(compiled, with_barriers=True) for t in (fw, bw) if t is not None]
     traces += collect_fusion_stage_traces(compiled)
     return [str(v) for t in traces for v in verify(t)]
 
