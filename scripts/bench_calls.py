@@ -50,6 +50,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from bench_gpu import kv_cache_decode, residual_block  # noqa: E402  (scripts/ is on sys.path)
+from thunder_ext.testing.gallery import ema_reads  # noqa: E402
 
 # -- programs ---------------------------------------------------------------------------------
 
@@ -63,16 +64,6 @@ class CallBench:
 
 def _r(*shape: int, device: str, grad: bool = False) -> torch.Tensor:
     return torch.randn(*shape, device=device).requires_grad_(grad)
-
-
-def ema_reads(*tensors):
-    """An EMA over parameters: each shadow is read (its sum), then updated in place."""
-    n = len(tensors) // 2
-    sums = []
-    for e, p in zip(tensors[:n], tensors[n:]):
-        sums.append(e.sum())
-        e.mul_(0.9).add_(p, alpha=0.1)
-    return sums
 
 
 def _ema(dev: str):

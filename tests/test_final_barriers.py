@@ -18,22 +18,13 @@ from thunder_ext.checker import TraceInvariantError, assert_barrier_removal, ver
 from thunder_ext.final_barriers import count_barriers, remove_final_barriers
 from thunder_ext.reinplace import fold_copies
 from thunder_ext.testing.compare import differential
-from thunder_ext.testing.gallery import PROGRAMS, by_name, reference_outcome
+from thunder_ext.testing.gallery import PROGRAMS, by_name, ema_reads, reference_outcome
 
 NOT_REFUSED = [p for p in PROGRAMS if not p.refused]
 
 
 def _jit(fn, **kwargs):
     return thunder.jit(fn, fusion_type="dataflow", transforms=[InplaceBarrierTransform(check=True)], **kwargs)
-
-
-def _ema(*ts):
-    n = len(ts) // 2
-    rs = []
-    for e, p in zip(ts[:n], ts[n:]):
-        rs.append(e.sum())
-        e.mul_(0.9).add_(p, alpha=0.1)
-    return rs
 
 
 def _ema_args(n: int = 3):
@@ -43,7 +34,7 @@ def _ema_args(n: int = 3):
 
 def _ema_traces():
     """(trace with barriers, trace without) of the EMA's final forward."""
-    jfn = _jit(_ema)
+    jfn = _jit(ema_reads)
     jfn(*_ema_args())
     ((with_barriers, _),) = final_traces(jfn, with_barriers=True)
     ((final, _),) = final_traces(jfn)
@@ -102,7 +93,7 @@ def test_ema_loses_every_barrier_and_matches_eager():
     assert not [b for b in final.bound_symbols if b.sym.name == "copy_"], str(final)
     assert "6 barriers removed" in str(rep)
     eager_args, args = _ema_args(), _ema_args()
-    torch.testing.assert_close(jfn(*args), _ema(*eager_args))
+    torch.testing.assert_close(jfn(*args), ema_reads(*eager_args))
     torch.testing.assert_close(args, eager_args)
 
 
@@ -199,7 +190,7 @@ class _LaterHook(thunder.Transform):
 
 def test_barriers_kept_when_a_later_transform_rewrites_final_traces():
     """A later post-optimization hook may still reorder: the barriers stay, and the report says why."""
-    jfn = thunder.jit(_ema, fusion_type="dataflow", transforms=[InplaceBarrierTransform(check=True), _LaterHook()])
+    jfn = thunder.jit(ema_reads, fusion_type="dataflow", transforms=[InplaceBarrierTransform(check=True), _LaterHook()])
     jfn(*_ema_args())
     ((fw, _),) = final_traces(jfn)
     assert count_barriers(fw)[0] == 6

@@ -454,6 +454,17 @@ def inplace_softmax(x):
     return y
 
 
+def ema_reads(*tensors):
+    """An EMA over parameters (shadows first, then parameters): each shadow is read (its sum),
+    then updated in place.  Used by ``scripts/bench_calls.py`` and ``tests/test_final_barriers.py``."""
+    n = len(tensors) // 2
+    sums = []
+    for e, p in zip(tensors[:n], tensors[n:]):
+        sums.append(e.sum())
+        e.mul_(0.9).add_(p, alpha=0.1)
+    return sums
+
+
 def reference_outcome(prog: Program, build: Callable | None = None):
     """For a program eager refuses (stricter version counter), its mutation-free reference run on
     the inputs ``build`` (default ``prog.build``) makes, seeded as ``differential`` seeds them."""
