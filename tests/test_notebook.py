@@ -55,26 +55,23 @@ def _outputs_text(nb) -> list[str]:
     return texts
 
 
-def _images(nb) -> list[str]:
-    """Every image/png output, base64, in cell order."""
+def _rich(nb, mime: str) -> list[str]:
+    """Every rich output of type ``mime`` (``image/png`` base64, ``text/html``), in cell order."""
     return [
-        out["data"]["image/png"]
+        out["data"][mime]
         for c in nb.cells
         if c.cell_type == "code"
         for out in c.outputs
-        if out.output_type in ("execute_result", "display_data") and "image/png" in out.get("data", {})
+        if out.output_type in ("execute_result", "display_data") and mime in out.get("data", {})
     ]
+
+
+def _images(nb) -> list[str]:
+    return _rich(nb, "image/png")
 
 
 def _html(nb) -> list[str]:
-    """Every text/html output, in cell order."""
-    return [
-        out["data"]["text/html"]
-        for c in nb.cells
-        if c.cell_type == "code"
-        for out in c.outputs
-        if out.output_type in ("execute_result", "display_data") and "text/html" in out.get("data", {})
-    ]
+    return _rich(nb, "text/html")
 
 
 # Upstream messages the notebooks filter (thunder_ext.quiet_upstream_noise): Thunder's import
