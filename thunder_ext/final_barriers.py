@@ -110,7 +110,8 @@ def _barriers_in_regions(bsyms) -> int:
     return n
 
 
-def _is_del_or_clear(bsym: BoundSymbol) -> bool:
+def is_del_or_clear(bsym: BoundSymbol) -> bool:
+    """A ``del`` or a ``clear_mutable_collection``: what Thunder's ``del_last_used`` inserts."""
     return bsym.sym.id == _DEL or bsym.sym.name == "clear_mutable_collection"
 
 
@@ -158,7 +159,7 @@ def remove_final_barriers(trace: TraceCtx) -> tuple[TraceCtx, BarrierRemovalRepo
     new_bsyms: list[BoundSymbol] = []
     had_clears = False
     for b in kept:
-        if _is_del_or_clear(b):
+        if is_del_or_clear(b):
             # Recomputed below: a del of a barrier's input may precede its renamed uses.
             had_clears |= b.sym.id != _DEL
             continue
@@ -167,7 +168,7 @@ def remove_final_barriers(trace: TraceCtx) -> tuple[TraceCtx, BarrierRemovalRepo
         new_bsyms.append(b)
 
     read_after = {p.name for b in new_bsyms for p in b.flat_proxy_args if isinstance(p, Proxy)}
-    computed = {p.name for b in new_bsyms if not _is_del_or_clear(b) for p in b.flat_proxy_outs if isinstance(p, Proxy)}
+    computed = {p.name for b in new_bsyms if not is_del_or_clear(b) for p in b.flat_proxy_outs if isinstance(p, Proxy)}
     report.left_unread = len((barrier_reads & computed) - read_after)
 
     new = recompute_dels(trace, new_bsyms, clear_mutable_collections=had_clears)
@@ -191,7 +192,7 @@ def recompute_dels(trace: TraceCtx, bsyms: list[BoundSymbol], *, clear_mutable_c
     if clear_mutable_collections is None:
         clear_mutable_collections = any(b.sym.name == "clear_mutable_collection" for b in trace.bound_symbols)
     out = from_trace(trace)
-    out.bound_symbols = [b for b in bsyms if not _is_del_or_clear(b)]
+    out.bound_symbols = [b for b in bsyms if not is_del_or_clear(b)]
     return del_last_used(out, clear_mutable_collections=clear_mutable_collections)
 
 

@@ -470,12 +470,12 @@ def fold_copies(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]:
     Returns the new trace (the input itself when nothing was folded) and the number of folds.
     The ``del``s are recomputed with Thunder's ``del_last_used``.
     """
-    from thunder_ext.final_barriers import recompute_dels
+    from thunder_ext.final_barriers import is_del_or_clear, recompute_dels
     from thunder_ext.op_kinds import is_copy, is_fusion
 
     start = time.perf_counter_ns()
     bsyms = list(trace.bound_symbols)
-    live = [b for b in bsyms if b.sym.id != prims.PrimIDs.DEL and b.sym.name != "clear_mutable_collection"]
+    live = [b for b in bsyms if not is_del_or_clear(b)]
     position = {id(b): i for i, b in enumerate(live)}
     cons = consumers(live)
     prods = producers(live)
