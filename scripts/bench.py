@@ -5,7 +5,7 @@
     .venv/bin/python scripts/bench.py --skip-gallery       # only the timing loop
     .venv/bin/python scripts/bench.py --skip-gallery --n 100 200 400 800 1600 --png docs/img/compile_time.png
 
-Three markdown tables, each with ratios against plain Thunder from this very run:
+Four markdown tables, the first three with ratios against plain Thunder from this very run:
 
 (a) gallery: barriers in the final forward (+ backward) trace of every gallery program,
     ``fusion_type="dataflow"``, default executors, ``thunder.jit``; and fusion regions
@@ -17,6 +17,9 @@ Three markdown tables, each with ratios against plain Thunder from this very run
     the wall-clock first call of plain ``thunder.jit``.  The transform runs with
     ``check=False`` (the checker is a debugging aid, not part of the pass).
 (c) scaling: the transform's time per bound symbol against the length of the trace it saw.
+(d) with (a): per gallery program, the written inputs the transform made functional or kept in
+    place, and its fusion-stage barriers by kind (ordering, torch.compile region ends, remat
+    pins), against the budget of one ordering barrier per written input.
 
 ``--png PATH`` also draws (b): first-call time against N, plain Thunder and the transform
 (and the transform's own share), on log-log axes.
@@ -62,6 +65,30 @@ def markdown(header: list[str], rows: list[list]) -> str:
 # -- (a) gallery -----------------------------------------------------------------------------
 
 
+def _barrier_kind(reasons: list[str]) -> str:
+    """The kind of a fusion-stage barrier, from the reasons the pass gave it."""
+    if any(r.startswith("torch.compile") for r in reasons):
+        return "region_end"
+    if any(r.startswith("remat") for r in reasons):
+        return "remat_pin"
+    return "ordering"
+
+
+def _fusion_stage_counts(compiled) -> dict:
+    """Written inputs made functional or kept in place (before autodiff), and fusion-stage barriers by kind."""
+    from thunder_ext.integration import collect_reports
+
+    out = {"functional_inputs": 0, "kept_inputs": 0, "ordering": 0, "region_end": 0, "remat_pin": 0}
+    for rep in collect_reports(compiled):
+        if rep.before_autodiff is not None:
+            out["functional_inputs"] += len(rep.before_autodiff.functional_inputs)
+            out["kept_inputs"] += len(rep.before_autodiff.kept_inputs)
+        if rep.fusion_stage is not None:
+            for b in rep.fusion_stage.barriers:
+                out[_barrier_kind(b.reasons)] += 1
+    return out
+
+
 def _trace_counts(verdict) -> dict | None:
     from thunder_ext.integration import barrier_count, collect_final_traces
 
@@ -70,6 +97,7 @@ def _trace_counts(verdict) -> dict | None:
     traces = collect_final_traces(verdict.outcome.compiled)
     if not traces:
         return None
+    stage = _fusion_stage_counts(verdict.outcome.compiled)
 
     def fusions(t):
         return sum(1 for b in t.bound_symbols if b.sym.is_fusion)
@@ -80,6 +108,7 @@ def _trace_counts(verdict) -> dict | None:
         "fusions_fw": sum(fusions(fw) for fw, _ in traces),
         "fusions_bw": sum(fusions(bw) for _, bw in traces if bw is not None),
         "has_bw": any(bw is not None for _, bw in traces),
+        "stage": stage,
     }
 
 
@@ -148,6 +177,29 @@ def gallery_table(rows: list[dict]) -> str:
         "", "", "", "", "", f"{tot_p} -> {tot_t}: {_ratio(tot_t, tot_p)}",
         fus_p, fus_t, _ratio(fus_t, fus_p),
     ])
+    return markdown(header, body)
+
+
+def budget_table(rows: list[dict]) -> str:
+    """(d): the fusion-stage barriers of the transform against its budget, per program: written
+    inputs made functional (one ordering barrier each at most, for the epilogue), written inputs
+    kept in place (the fallback: class 7, gradients), and the barriers by kind."""
+    header = [
+        "program", "executors", "inputs functional", "inputs kept", "ordering barriers",
+        "torch.compile region ends", "remat pins", "ordering <= functional + kept",
+    ]
+    body = []
+    for r in rows:
+        for ex in ("default", "torch_compile"):
+            c = r.get(f"transform_{ex}")
+            if c is None:
+                continue
+            st = c["stage"]
+            if not (st["functional_inputs"] or st["kept_inputs"] or st["ordering"] or st["region_end"] or st["remat_pin"]):
+                continue
+            within = st["ordering"] <= st["functional_inputs"] + st["kept_inputs"]
+            body.append([r["program"], ex, st["functional_inputs"], st["kept_inputs"], st["ordering"],
+                         st["region_end"], st["remat_pin"], "yes" if within else "**no**"])  # fmt: skip
     return markdown(header, body)
 
 
@@ -370,6 +422,10 @@ def main(argv: list[str] | None = None) -> int:
         print("## (a) barriers and fusion regions per gallery program (dataflow fusion, thunder.jit)\n")
         print("ratio = transform / plain. Barriers: default executors. Fusions: executors=[torch_compile_ex].\n")
         print(gallery_table(rows))
+        print("\n## (d) the transform's fusion-stage barriers against written inputs (dataflow fusion)\n")
+        print("Programs with no written input and no barrier are left out. Ordering barriers also order "
+              "writes to private storage the pass keeps in place (docs/design.md).\n")
+        print(budget_table(rows))
         print(f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
 
     warm_up()

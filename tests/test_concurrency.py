@@ -62,6 +62,7 @@ def test_threads_share_one_transform():
             for rep in last_reports(jf):
                 for stage in (rep.before_autodiff, rep.fusion_stage):
                     described = [r.before for r in stage.barriers] + list(stage.dead_writes)
+                    described += list(stage.epilogue_writes.values())  # under the input's last write
                     for b in described:
                         if b.source_filename is not None and b.source_positions is not None:
                             where = (b.source_filename, b.source_positions.lineno)

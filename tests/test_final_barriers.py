@@ -16,7 +16,7 @@ from support import ARGS_TENSOR_MASK, ARGS_TENSOR_MASK_FAILS, MATRIX, config_id
 from thunder_ext import InplaceBarrierTransform, final_traces, last_reports, verify
 from thunder_ext.checker import TraceInvariantError, assert_barrier_removal, verify_barrier_removal
 from thunder_ext.final_barriers import count_barriers, remove_final_barriers
-from thunder_ext.reinplace import fold_copies
+from thunder_ext.reinplace import fold_copies, reinplace_inputs
 from thunder_ext.testing.compare import differential
 from thunder_ext.testing.gallery import PROGRAMS, by_name, ema_reads, reference_outcome
 
@@ -81,17 +81,17 @@ def test_gallery_removal_is_not_vacuous():
 
 
 def test_ema_loses_every_barrier_and_matches_eager():
-    """An EMA (read, then write each buffer): 3 WAR barriers and 3 remat pins before, none after;
-    the del of each input right after its barrier moves after the renamed uses."""
+    """An EMA (read, then write each buffer): the buffers' writes are values with one epilogue
+    copy_ each, ordered by one WAR barrier each before the removal, none after."""
     jfn, before, final = _ema_traces()
-    assert count_barriers(before)[0] == 6
+    assert count_barriers(before)[0] == 3
     assert count_barriers(final) == (0, 0)
     (rep,) = last_reports(jfn)
-    assert rep.final_forward.removed == 6 and rep.final_forward.removed_ours == 6
-    # Every e.mul_ and .add_ is then one op writing e (out=), as in eager: no copy_ left.
-    assert rep.final_forward.copies_folded == 6
+    assert rep.final_forward.removed == 3 and rep.final_forward.removed_ours == 3
+    # Each buffer's mul then writes it (out=), and the add its result, as in eager: no copy_ left.
+    assert rep.final_forward.epilogues_reinplaced == 3
     assert not [b for b in final.bound_symbols if b.sym.name == "copy_"], str(final)
-    assert "6 barriers removed" in str(rep)
+    assert "3 barriers removed" in str(rep)
     eager_args, args = _ema_args(), _ema_args()
     torch.testing.assert_close(jfn(*args), ema_reads(*eager_args))
     torch.testing.assert_close(args, eager_args)
@@ -104,10 +104,12 @@ def test_removal_changes_nothing_but_names():
     new, rep = remove_final_barriers(before)
     assert str(before) == text
     assert verify_barrier_removal(before, new) == []
-    # What runs is this trace with its copies folded, and its return unwrapped by Thunder
-    # afterwards (no backward).
-    folded, n = fold_copies(new)
-    assert n == 6
+    # What runs is this trace with its epilogues back in place (then nothing is left to fold),
+    # and its return unwrapped by Thunder afterwards (no backward).
+    reinplaced, n = reinplace_inputs(new)
+    assert n == 3
+    folded, n = fold_copies(reinplaced)
+    assert n == 0
     assert [str(b) for b in folded.bound_symbols[:-1]] == [str(b) for b in final.bound_symbols[:-1]]
     assert rep.trace_with_barriers is before
     assert "thunder_ext final barrier removal" in str(new.get_provenance())
@@ -193,9 +195,9 @@ def test_barriers_kept_when_a_later_transform_rewrites_final_traces():
     jfn = thunder.jit(ema_reads, fusion_type="dataflow", transforms=[InplaceBarrierTransform(check=True), _LaterHook()])
     jfn(*_ema_args())
     ((fw, _),) = final_traces(jfn)
-    assert count_barriers(fw)[0] == 6
+    assert count_barriers(fw)[0] == 3
     (rep,) = last_reports(jfn)
-    assert rep.final_forward.removed == 0 and rep.final_forward.kept == 6
+    assert rep.final_forward.removed == 0 and rep.final_forward.kept == 3
     assert "later transform" in rep.final_forward.why_kept
     assert verify(final_traces(jfn, with_barriers=True)[0][0]) == []
 

@@ -124,9 +124,11 @@ def _check_dead_inplace_fix(nb) -> None:
     assert "result matches eager: True" in everything
     assert "violations in the final trace: []" in everything
 
-    # the live write: kept, ordered before the return by a commented barrier, correct
-    assert "# thunder_ext: RAW:" in texts[-1]
-    assert "result and mutated input match eager: True" in texts[-1]
+    # the live write: a value (a scatter into x's value), then one copy_ into x just before the return
+    last = texts[-1]
+    assert "index_copy(x, 0" in last and "copy_(" in last and "update_aliases" not in last
+    assert last.index("index_copy(x") < last.rindex("copy_(") < last.rindex("return {")
+    assert "result and mutated input match eager: True" in last
 
     # the pictures: plain Thunder's graph and the fixed one, each a figure of its own cell
     assert "Figure" in texts[3] and "Figure" in texts[6]

@@ -3,6 +3,8 @@ and the main job's table (legend, details wrapped and never cut, no upstream noi
 
 from __future__ import annotations
 
+import inspect
+
 import logging
 import os
 import subprocess
@@ -66,7 +68,10 @@ def test_stage_reports_str_names_barriers_dead_writes_and_time(reports):
     lines = text.splitlines()
     assert lines[0].startswith("before autodiff: 1 barrier placed, 1 dead in-place op removed")
     assert lines[0].endswith(" ms")
-    assert any(line.strip().startswith("barrier: WAR: `a = mul`") and "add_" in line for line in lines)
+    # x.add_(1) is a value now, written back by one copy_ under its line: the barrier orders that copy.
+    add_line = f"{__file__}:{inspect.getsourcelines(hazard)[1] + 3}"
+    assert any(line.strip().startswith("barrier: WAR: `a = mul`") and "copy_" in line and add_line in line for line in lines)
+    assert any("inputs written as values, then copied back once at the end: `x`" in line for line in lines)
     assert any(line.strip().startswith("removed dead in-place op `") and "mul_" in line for line in lines)
     assert any(line.startswith("fusion stage: ") for line in lines)
     # no trace inside: a trace prints its bound symbols and a `def computation(...)`
@@ -96,7 +101,7 @@ def test_stage_reports_before_any_run_say_so():
 
 def test_barrier_report_summary_functions(reports):
     rep = reports.before_autodiff
-    assert "before autodiff: " + barrier_report_text(rep) == "\n".join(str(reports).splitlines()[:3])
+    assert "before autodiff: " + barrier_report_text(rep) == "\n".join(str(reports).splitlines()[:4])
     assert "<b>1 barrier placed, 1 dead in-place op removed" in barrier_report_html(rep)
     empty = BarrierReport()
     assert barrier_report_text(empty) == "0 barriers placed, 0 dead in-place ops removed, 0.0 ms"

@@ -9,6 +9,7 @@ __all__ = [
     "InplaceBarrierTransform",
     "GradInputWriteError",
     "RunningStatsGradError",
+    "LostScalarWriteError",
     "PartitionerWouldDropError",
     "InplaceOrderingError",
     "InputAliasError",
@@ -51,6 +52,7 @@ _HOMES = {
     "trace_graph": "thunder_ext.graph",
     "GradInputWriteError": "thunder_ext.errors",
     "RunningStatsGradError": "thunder_ext.errors",
+    "LostScalarWriteError": "thunder_ext.errors",
     "PartitionerWouldDropError": "thunder_ext.errors",
     "InplaceOrderingError": "thunder_ext.errors",
     "InputAliasError": "thunder_ext.errors",
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
     from thunder_ext.errors import (
         GradInputWriteError,
         RunningStatsGradError,
+        LostScalarWriteError,
         PartitionerWouldDropError,
         InplaceOrderingError,
         InputAliasError,

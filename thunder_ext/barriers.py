@@ -47,7 +47,7 @@ import gc
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy, variableify
@@ -78,6 +78,9 @@ from thunder_ext.remat_guard import (
     partitioning_fusers,
     unguarded_writes,
 )
+
+if TYPE_CHECKING:
+    from thunder_ext.functionalize import InputPolicy
 
 BARRIER_TAG = "thunder_ext"
 
@@ -110,6 +113,11 @@ class BarrierReport:
     dead_writes: list[BoundSymbol] = field(default_factory=list)
     # Writes to private storage rewritten out of place before placing (thunder_ext.functionalize).
     functionalized: list[BoundSymbol] = field(default_factory=list)
+    # Inputs whose writes became values with one epilogue copy_ each, and the written inputs
+    # left in place with why (thunder_ext.functionalize, before autodiff).
+    functional_inputs: list[str] = field(default_factory=list)
+    kept_inputs: dict[str, str] = field(default_factory=dict)
+    epilogue_writes: dict[str, BoundSymbol] = field(default_factory=dict)  # input -> its epilogue copy_
     # Witnesses left out because they carry gradients (before autodiff; see place_barriers).
     dropped_witnesses: int = 0
     stripped: int = 0
@@ -333,7 +341,23 @@ class _Placer:
         self.last_write: dict[str, _LastWrite] = {}
         self.epoch: dict[str, list[tuple[int, TensorProxy | None, BoundSymbol]]] = {}
         self.pending_remat: dict[str, _LastWrite] = {}  # group -> forward write not yet pinned
+        self.epilogue_start = self.find_epilogue()
         self.touched_forward: set[str] = set()  # forward values computed from mutated storage
+
+    def find_epilogue(self) -> int | None:
+        """Where the forward's epilogue starts: the first of the ``copy_``s into trace inputs after
+        which the forward does nothing else (thunder_ext.functionalize's write-back); None if none."""
+        start = None
+        for k in range(len(self.bsyms) - 1, -1, -1):
+            b = self.bsyms[k]
+            if is_return(b) or has_tags(b, {BoundSymbolTag.BACKWARD}):
+                continue
+            writes = self.info.effects[k].writes
+            if (is_copy(b) or is_copy_composite(b)) and writes and all(w.name in self.inputs for w in writes):
+                start = k
+                continue
+            break
+        return start
 
     # -- versions and reachability ------------------------------------------------------------
 
@@ -417,6 +441,8 @@ class _Placer:
             self.note_backward_reads(bsym)
             self.pin_backward_reads(bsym)
         self.pin_pending_writes(i, bsym)
+        if i == self.epilogue_start and self.options.symbols.inductor:
+            self.cut_before_epilogue(i, bsym)
         self.split_for_torch_compile(i, bsym, effect, write_groups)
         cur = self.renamed(bsym)
         if bsym.sym.id == prims.PrimIDs.GET_GRAD:
@@ -511,6 +537,17 @@ class _Placer:
         if self.region_ends or aliased:
             self.end_region(i, bsym, effect, write_groups, aliased)
         self.note_region_inputs(bsym, write_groups)
+
+    def cut_before_epilogue(self, i: int, bsym: BoundSymbol) -> None:
+        """The epilogue's ``copy_``s into inputs start a ``torch_compile_ex`` region of their own.
+
+        Inductor miscompiles some graphs that copy into an input a value the graph also uses
+        otherwise, even when the copy is the graph's last op, the form it is built for
+        (``t = batch_norm(a, rm, rv, training=True); a.copy_(t); return t.mean(1), t * 3``
+        returns a wrong mean in one region, torch 2.11).  Before the cut every region is free of
+        writes into inputs but for running statistics; after it, one region only copies."""
+        plan = _Plan(reasons=["torch.compile: the epilogue copy_s into inputs run in a region of their own"])
+        self.cross_cut(i, bsym, plan)
 
     def end_region(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str], aliased: set[str]) -> None:
         used = {self.info.group_of(p) for p in tensor_args(bsym)}
@@ -758,12 +795,13 @@ class _Placer:
                 self.report.backward_reads_of_forward_writes.append((by, bsym))
 
     def pin_backward_reads(self, bsym: BoundSymbol) -> None:
-        """With fused ordering barriers in a joint trace, a backward region is a rematerialization
-        consumer of the forward region: its min cut may recompute a forward value from the
-        forward's inputs, re-running a write or reading an input after the write.  So each
+        """In a joint trace that a fusion executor splits into regions, a backward region is a
+        rematerialization consumer of the forward region: its min cut may recompute a forward
+        value from the forward's inputs, re-running a write or reading an input after the write
+        (an input written back by an epilogue ``copy_``, ``BarrierSymbols.remat_backward``).  So each
         forward value a backward bsym reads whose computation touched mutated storage goes
         through an unfused barrier first, at the start of the backward."""
-        if not self.options.symbols.backward or bsym.sym.id == prims.PrimIDs.GET_GRAD:
+        if not self.options.symbols.remat_backward or bsym.sym.id == prims.PrimIDs.GET_GRAD:
             return
         plan = _Plan()
         for p in tensor_args(bsym):
@@ -1028,6 +1066,7 @@ def place_barriers(
     functional: bool = True,
     dataflow: bool = False,
     nvfuser_may_run: bool | None = None,
+    functional_inputs: "InputPolicy | None" = None,
 ) -> tuple[TraceCtx, BarrierReport]:
     """The full pass, returning the new trace and a report of what it did.
 
@@ -1056,6 +1095,9 @@ def place_barriers(
 
     ``functional`` first rewrites writes to private storage out of place
     (:mod:`thunder_ext.functionalize`); barriers are then placed on what is left.
+    ``functional_inputs`` (before autodiff; :class:`thunder_ext.functionalize.InputPolicy`)
+    rewrites writes to inputs no gradient flows through too, each written input getting its
+    final value back by one epilogue ``copy_``.
     """
     # The cyclic GC's full collections scan the caller's whole heap (Thunder's traces), which made
     # this pass's time grow with what the caller had built rather than with the trace; the pass
@@ -1064,7 +1106,8 @@ def place_barriers(
     gc.disable()
     try:
         return _place_barriers(
-            trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow, nvfuser_may_run
+            trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow, nvfuser_may_run,
+            functional_inputs,
         )
     finally:
         if was_enabled:
@@ -1092,10 +1135,11 @@ class _FixedPoint:
 
 
 def _place_barriers(
-    trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow, nvfuser_may_run
+    trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow, nvfuser_may_run,
+    functional_inputs=None,
 ):
     from thunder_ext.dead_writes import dead_inplace_ops, has_dead_values, remove_bsyms
-    from thunder_ext.functionalize import functionalize
+    from thunder_ext.functionalize import InputPolicy, functionalize
 
     start = time.perf_counter()
     stripped, previous, resolved = strip_barriers(trace.bound_symbols)
@@ -1106,9 +1150,11 @@ def _place_barriers(
     effects: dict = {}  # the effects of bsyms analysed more than once (see storage_groups)
     functionalized: list[BoundSymbol] = []
     dead_functional: list[BoundSymbol] = []
+    freport = None
     if functional:
         stripped, freport = functionalize(
-            trace, new_trace, stripped, input_names(trace), executors, effects, frozenset(differentiable)
+            trace, new_trace, stripped, input_names(trace), executors, effects, frozenset(differentiable),
+            functional_inputs or InputPolicy(), aliased_inputs,
         )
         functionalized = freport.rewritten
         if functionalized:
@@ -1187,6 +1233,9 @@ def _place_barriers(
     report = placer.report
     report.dead_writes = dead_bsyms
     report.functionalized = functionalized
+    if freport is not None:
+        report.functional_inputs, report.kept_inputs = freport.functional_inputs, freport.kept_inputs
+        report.epilogue_writes = freport.epilogue_writes
     report.stripped = nstripped
     new_trace.bound_symbols = out
     report.seconds = time.perf_counter() - start

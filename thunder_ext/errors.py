@@ -48,6 +48,10 @@ class RunningStatsGradError(InplaceOrderingError):
     """Training-mode batch norm given running statistics that carry a gradient (eager refuses it)."""
 
 
+class LostScalarWriteError(InplaceOrderingError):
+    """``torch_compile_ex`` would silently lose a write into a 0-dim float64 CPU input (torch 2.11)."""
+
+
 class PartitionerWouldDropError(InplaceOrderingError):
     """Thunder's dataflow partitioner would drop bound symbols of the barriered trace ("Trace has no return").
 

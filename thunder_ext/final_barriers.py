@@ -86,6 +86,9 @@ class BarrierRemovalReport:
     # Then, with no barrier left: op + copy_ pairs folded into op(..., out=dst)
     # (thunder_ext.reinplace.fold_copies; set by the transform).
     copies_folded: int = 0
+    # Epilogue copy_s of functional inputs made unnecessary by writing the input in place again
+    # (thunder_ext.reinplace.reinplace_inputs; set by the transform).
+    epilogues_reinplaced: int = 0
     why_kept: str = ""
     seconds: float = 0.0
     trace_with_barriers: TraceCtx | None = None  # the trace before the removal

@@ -53,13 +53,13 @@ from dataclasses import dataclass, field
 
 import thunder.torch as ltorch
 from thunder.core import dtypes, prims
-from thunder.core.proxies import TensorProxy, variableify
+from thunder.core.proxies import ProxyTag, TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol, has_tags
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import storage_groups
-from thunder_ext.op_kinds import effect_of, is_copy, origin_ids, tensor_args, tensor_outs, writes_with_grad
+from thunder_ext.op_kinds import effect_of, is_copy, is_return, origin_ids, tensor_args, tensor_outs, writes_with_grad
 
 PrimIDs = prims.PrimIDs
 
@@ -88,6 +88,20 @@ class FunctionalizeReport:
     kept_private_groups: int = 0
     replayed_views: int = 0
     scatters: int = 0
+    # Inputs whose writes became values, each written back once by an epilogue ``copy_``.
+    functional_inputs: list[str] = field(default_factory=list)
+    epilogues: int = 0
+    # input name -> its epilogue copy_, under the source line of the input's last write
+    epilogue_writes: dict[str, BoundSymbol] = field(default_factory=dict)
+    # Written inputs left in place, with why (the barrier pass orders them: the fallback).
+    kept_inputs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InputPolicy:
+    """Which written inputs become values, chosen once per compilation (before autodiff)."""
+
+    enabled: bool = False
 
 
 @dataclass(frozen=True)
@@ -181,11 +195,17 @@ class _Functionalizer:
         executors,
         effects,
         differentiable: frozenset[str] = frozenset(),
+        functional_inputs: InputPolicy = InputPolicy(),
+        aliased_inputs: tuple[frozenset[str], ...] = (),
     ):
         self.trace, self.new_trace, self.bsyms = trace, new_trace, bsyms
         self.differentiable = differentiable
         self.executors = executors
+        self.functional_inputs = functional_inputs
+        self.aliased_inputs = frozenset(n for names in aliased_inputs for n in names)
         self.info = storage_groups(bsyms, inputs, cache=effects)
+        self.input_of: dict[str, TensorProxy] = {}  # functional input group -> its input
+        self.last_write_of: dict[str, BoundSymbol] = {}  # group -> its last write rewritten so far
         self.report = FunctionalizeReport()
         self.node: dict[str, tuple] = {}  # member name -> node (path position from the base)
         self.view_of: dict[tuple, tuple[int, int, tuple]] = {}  # view node -> (bsym index, out index, parent)
@@ -200,10 +220,16 @@ class _Functionalizer:
         info = self.info
         mutated = info.mutated_groups
         candidates = mutated - info.input_groups
+        bases: dict[str, int] = {}
+        if self.functional_inputs.enabled:
+            for g, x in self.functional_input_candidates().items():
+                candidates.add(g)
+                self.input_of[g] = x
+                self.node[x.name] = _BASE
+                bases[g] = 1
         if not candidates:
             return set()
         bad: set[str] = set()
-        bases: dict[str, int] = {}
         src_groups: dict[str, set[str]] = {}
         last_write: dict[str, int] = {}  # group -> index of the last bsym that writes it
         for i, effect in enumerate(info.effects):
@@ -260,6 +286,9 @@ class _Functionalizer:
                     bases[g] = bases.get(g, 0) + 1
                     self.node[o.name] = _BASE
         bad |= {g for g, n in bases.items() if n != 1}
+        for g, x in self.input_of.items():
+            if g in bad:
+                self.report.kept_inputs[x.name] = "a write or view the pass cannot express as a value"
         # The value written must not alias storage that keeps a write.
         changed = True
         while changed:
@@ -268,8 +297,63 @@ class _Functionalizer:
                 if g not in bad and any(s in mutated and (s in bad or s not in candidates) for s in srcs):
                     bad.add(g)
                     changed = True
-        self.report.kept_private_groups = len(candidates & bad)
+        self.report.kept_private_groups = len((candidates & bad) - self.input_of.keys())
+        self.report.functional_inputs = sorted(x.name for g, x in self.input_of.items() if g not in bad)
         return candidates - bad
+
+    def functional_input_candidates(self) -> dict[str, TensorProxy]:
+        """Written input groups whose writes can become values (group -> its input); the others
+        are noted in ``report.kept_inputs`` with the reason, and keep their writes and barriers.
+
+        Only storage no gradient flows through: neither the input, nor anything made from it or
+        written into it, nor anything a write into it reads.  Autodiff then never sees the group,
+        so its values cannot change a gradient; with gradients, the writes stay (class 9, the
+        straight-through barrier)."""
+        info = self.info
+        members = info.groups.members()
+        out: dict[str, TensorProxy] = {}
+        writers: dict[str, list[int]] = {}
+        for i, e in enumerate(info.effects):
+            for w in e.writes:
+                writers.setdefault(info.group_of(w), []).append(i)
+        last_read: dict[str, int] = {}
+        for i, b in enumerate(self.bsyms):
+            if not is_return(b):
+                for p in tensor_args(b):
+                    if p.name in info.groups:
+                        last_read[info.group_of(p)] = i
+        for g in sorted(info.mutated_groups & info.input_groups):
+            names = members.get(g, ())
+            ins = [n for n in names if n in info.inputs]
+            why = None
+            if len(ins) != 1 or ins[0] in self.aliased_inputs:
+                why = "inputs that share storage (class 7)"
+            elif any(n in self.differentiable for n in names) or any(
+                a.name in self.differentiable for i in writers[g] for a in tensor_args(self.bsyms[i])
+            ):
+                why = "gradients flow through it"
+            elif self.epilogue_form(g, writers[g], last_read):
+                continue  # already one copy_ at the end: nothing to do, and applying the pass twice changes nothing
+            if why is not None:
+                self.report.kept_inputs[ins[0] if ins else sorted(names)[0]] = why
+                continue
+            out[g] = self.proxy_named(ins[0])
+        return out
+
+    def epilogue_form(self, g: str, writes: list[int], last_read: dict[str, int]) -> bool:
+        """The group's one write is a whole-input ``copy_`` that nothing but the return reads after."""
+        if len(writes) != 1:
+            return False
+        i = writes[0]
+        b = self.bsyms[i]
+        return is_copy(b) and b.flat_proxy_args[1].name in self.info.inputs and last_read.get(g, -1) <= i
+
+    def proxy_named(self, name: str) -> TensorProxy:
+        for b in self.bsyms:
+            for p in b.flat_proxy_args:
+                if p.name == name and isinstance(p, TensorProxy):
+                    return p
+        raise KeyError(name)
 
     def writable(self, n: tuple) -> bool:
         return not self.read_only.get(n, False)
@@ -282,7 +366,12 @@ class _Functionalizer:
         info = self.info
         self.out: list[BoundSymbol] = []
         self.cur: dict[str, dict[tuple, TensorProxy]] = {g: {} for g in self.groups}
+        for g, x in self.input_of.items():
+            if g in self.groups:
+                self.cur[g][_BASE] = x
         for i, bsym in enumerate(self.bsyms):
+            if is_return(bsym):
+                self.write_back(bsym)
             write = self.writes.get(i)
             effect = info.effects[i]
             if write is not None and info.group_of(write.dst) in self.groups:
@@ -301,6 +390,25 @@ class _Functionalizer:
                 if g in self.groups and self.node.get(o.name) == _BASE:
                     self.cur[g][_BASE] = o
         return self.out
+
+    def write_back(self, ret: BoundSymbol) -> None:
+        """The epilogue: one ``copy_`` per functional input whose value changed, just before the
+        return; the return (and any view it makes of the input) then reads the copy's output,
+        the caller's own tensor, as plain Thunder returns it."""
+        for g, x in sorted(self.input_of.items(), key=lambda kv: kv[1].name):
+            if g not in self.groups:
+                continue
+            value = self.cur[g][_BASE]
+            if value.name == x.name:
+                continue  # every write was dead
+            # No gradient flows through a functional input (functional_input_candidates): the
+            # write-back is no autodiff edge, as a write under no_grad is not.
+            bsyms, out = self.record(lambda: prims.copy_(value, x, grad_enabled=False))
+            # Under the user's source line of the input's last write: refusals and reports name it.
+            self.emit(bsyms, self.last_write_of.get(g, ret))
+            self.report.epilogue_writes[x.name] = self.out[-1]
+            self.cur[g] = {_BASE: out}
+            self.report.epilogues += 1
 
     def values_for(self, before: BoundSymbol, proxies: Sequence[TensorProxy]) -> dict:
         swap = {}
@@ -353,8 +461,21 @@ class _Functionalizer:
             self.out.append(b)
 
     def rewrite(self, i: int, bsym: BoundSymbol, w: _Write) -> None:
+        start = len(self.out)
+        self._rewrite(i, bsym, w)
+        if not writes_with_grad(bsym):
+            # A write traced under no_grad: Thunder marks what such code computes as detached from
+            # the autograd graph, and autodiff then needs no gradient rule for it (``lerp``
+            # has none).  The out-of-place value computed in its place is marked the same way.
+            for b in self.out[start:]:
+                for o in b.flat_proxy_outs:
+                    if isinstance(o, TensorProxy) and ProxyTag.DETACHED_AUTOGRAD_GRAPH not in o.tags:
+                        o.tags.add(ProxyTag.DETACHED_AUTOGRAD_GRAPH)
+
+    def _rewrite(self, i: int, bsym: BoundSymbol, w: _Write) -> None:
         g = self.info.group_of(w.dst)
         n = self.node[w.dst.name]
+        self.last_write_of[g] = bsym
         self.report.rewritten.append(bsym)
         # The new value: the write's own computation, out of place, on current values.
         value = None
@@ -566,6 +687,8 @@ def functionalize(
     executors: Sequence[Executor] | None = None,
     effects: dict | None = None,
     differentiable: frozenset[str] = frozenset(),
+    functional_inputs: InputPolicy = InputPolicy(),
+    aliased_inputs: tuple[frozenset[str], ...] = (),
 ) -> tuple[list[BoundSymbol], FunctionalizeReport]:
     """Rewrite the writes to private storage in ``bsyms`` (barriers already stripped) out of place.
 
@@ -575,5 +698,5 @@ def functionalize(
     :func:`thunder_ext.alias_analysis.storage_groups`.  ``differentiable`` (before autodiff) names
     the tensors gradients flow through: a write into one made with grad disabled stays in place.
     """
-    f = _Functionalizer(trace, new_trace, bsyms, inputs, executors, effects, differentiable)
+    f = _Functionalizer(trace, new_trace, bsyms, inputs, executors, effects, differentiable, functional_inputs, aliased_inputs)
     return f.run(), f.report

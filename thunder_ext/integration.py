@@ -31,7 +31,7 @@ from thunder.extend import FusionExecutor
 from thunder_ext.barriers import BarrierReport, place_barriers
 from thunder_ext.errors import InplaceOrderingError
 from thunder_ext.logs import log_refusal, log_report
-from thunder_ext.refusals import refuse_saved_tensor_mutation
+from thunder_ext.refusals import refuse_lost_scalar_writes, refuse_saved_tensor_mutation
 from thunder_ext.final_barriers import BarrierRemovalReport
 from thunder_ext.summaries import (
     barrier_report_headline,
@@ -129,7 +129,9 @@ class BarrierStage(FusionExecutor):
                 aliased_inputs=aliased,
                 dataflow=dataflow,
             )
-            refuse_saved_tensor_mutation(report)
+            before = reports_for(cd).before_autodiff if cd is not None else None
+            refuse_saved_tensor_mutation(report, before.epilogue_writes if before is not None else None)
+            refuse_lost_scalar_writes(new, executors)
         except InplaceOrderingError as e:
             log_refusal("fusion stage", e)
             raise

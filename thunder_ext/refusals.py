@@ -34,6 +34,7 @@ from thunder_ext.alias_analysis import AliasInfo, input_names, storage_groups
 from thunder_ext.barriers import BarrierReport, strip_barriers
 from thunder_ext.errors import (
     GradInputWriteError,
+    LostScalarWriteError,
     OverwriteGradientError,
     RunningStatsGradError,
     SavedTensorMutationError,
@@ -280,17 +281,51 @@ def refuse_writes_through_grad_input_views(
         itself.update(o.name for o, a in effect.aliases if a.name in itself and any(a is w for w in effect.writes))
 
 
-def refuse_saved_tensor_mutation(report: BarrierReport) -> None:
+def refuse_lost_scalar_writes(trace: TraceCtx, executors) -> None:
+    """Refuse a write into a 0-dim float64 CPU input where ``torch_compile_ex`` runs (fusion stage).
+
+    torch.compile (torch 2.11, without Thunder too) returns stale values and leaves such an
+    input unchanged, whether the write is in place or a ``copy_`` at the end; every other dtype
+    and shape tried is right (docs/limits.md).
+    """
+    if not any(getattr(ex, "name", None) == "torchcompile" for ex in executors or ()):
+        return
+    scalars = {
+        a.name for a in trace.args
+        if isinstance(a, TensorProxy) and not a.shape and a.dtype == dtypes.float64 and a.device.type == "cpu"
+    }  # fmt: skip
+    if not scalars:
+        return
+    info = storage_groups(trace.bound_symbols, input_names(trace))
+    lost = {info.group_of(n): n for n in scalars if n in info.groups}
+    for bsym, effect in zip(trace.bound_symbols, info.effects):
+        for w in effect.writes:
+            name = lost.get(info.group_of(w))
+            if name is not None:
+                raise LostScalarWriteError(
+                    f"`{name}` is a 0-dim float64 CPU input written in place, and torch.compile (torch 2.11) "
+                    "loses writes into such inputs: the call would return stale values and leave it "
+                    "unchanged. Use the default executors, or keep this state as float32 or with shape (1,)",
+                    bsym,
+                )
+
+
+def refuse_saved_tensor_mutation(report: BarrierReport, epilogue_writes: dict[str, BoundSymbol] | None = None) -> None:
     """Class 6, judged at the fusion stage: the backward reads a value a forward write replaced.
 
     The barrier pass only observes such reads (``report.backward_reads_of_forward_writes``);
-    this is where they become a refusal.
+    this is where they become a refusal.  Autodiff drops source lines, so an epilogue
+    ``copy_`` is named as it was before autodiff (``epilogue_writes``: input -> that bsym).
     """
     if report.backward_reads_of_forward_writes:
         write, read = report.backward_reads_of_forward_writes[0]
+        if write.source_filename is None and epilogue_writes:
+            dests = [w.name for w in effect_of(write).writes]
+            write = next((epilogue_writes[d] for d in dests if d in epilogue_writes), write)
         raise SavedTensorMutationError(
-            "the forward writes in place to a tensor that the backward reads (a value saved for "
-            "backward); eager PyTorch refuses this too. Clone the tensor before mutating it",
+            "the forward writes in place to a tensor whose earlier value the backward reads (a value "
+            "saved for backward), so the backward would read the new value. Eager PyTorch raises for "
+            "this when the tensor it saved is the one written. Clone the tensor before mutating it",
             write,
             read,
         )

@@ -522,3 +522,220 @@ def fold_copies(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]:
     elapsed_ms = (time.perf_counter_ns() - start) / 1e6
     new_trace.set_provenance(TraceProvenance(f"thunder_ext fold copies ({len(replace)} copy_ folded, took {elapsed_ms:.2f} ms)"))
     return new_trace, len(replace)
+
+
+def _basic_key(key) -> bool:
+    """An indexing key whose ``getitem`` is a view: ints, int slices, None and Ellipsis only."""
+    parts = key if isinstance(key, tuple) else (key,)
+    for k in parts:
+        if k is None or k is Ellipsis or type(k) is int:
+            continue
+        if isinstance(k, slice) and all(v is None or type(v) is int for v in (k.start, k.stop, k.step)):
+            continue
+        return False
+    return True
+
+
+def _as_slice_write(p: BoundSymbol, x: TensorProxy, prods, cons) -> tuple | None:
+    """``p`` as a write of ``value`` into the view ``x[key]``: the torch executor's out-of-place
+    setitem with a basic key and a tensor value of the view's shape, or ``index_copy`` along one
+    dimension with an index that is a fresh int ``arange`` nothing else reads (functionalize's
+    scatter through a slice).  Returns (key, value, the arange or None), or None."""
+    from thunder.core import dtypes
+
+    name = _torchex_name(p)
+    if name == "copy_with_setitem_impl" and len(p.args) == 3:
+        a, key, value = p.args
+        arange = None
+    elif name == "index_copy" and len(p.args) == 4 and not p.kwargs:
+        a, d, idx, value = p.args
+        arange = prods.get(idx, None) if isinstance(idx, TensorProxy) else None
+        r = _arange_range(arange)
+        if type(d) is not int or not 0 <= d < len(x.shape) or r is None or idx.dtype != dtypes.int64:
+            return None
+        if len(r) == 0 or r[0] < 0 or r[-1] >= x.shape[d]:
+            return None  # index_copy raises out of range where a slice would clamp
+        if [c for c in cons.get(idx, []) if c.sym.id != prims.PrimIDs.DEL] != [p]:
+            return None
+        key = (slice(None),) * d + (slice(r.start, r.stop, r.step),)
+    else:
+        return None
+    if a is not x or not isinstance(value, TensorProxy) or value.dtype != x.dtype or not _basic_key(key):
+        return None
+    try:
+        shape = tuple(torch.empty(tuple(x.shape), device="meta")[key].shape)
+    except Exception:
+        return None
+    return (key, value, arange) if shape == tuple(value.shape) else None
+
+
+def _written_after(t0: TensorProxy, j: int, bsyms: list[BoundSymbol], cons) -> bool:
+    """Whether a bsym after position ``j`` writes ``t0``'s buffer in place (``out=``): once ``t0``'s
+    op writes the input, that would write the input after its epilogue.  (:func:`reinplace`
+    reuses a buffer that dies at the epilogue for a later result.)"""
+    same = {t0.name}
+    for k, b in enumerate(bsyms):
+        for o, a in runtime_aliases(b):
+            if a.name in same:
+                if k > j and is_inplace_form(b):
+                    return True
+                same.add(o.name)
+    return False
+
+
+def _epilogue_chain(c: BoundSymbol, prods) -> tuple[BoundSymbol, TensorProxy] | None:
+    """For an epilogue ``c = copy_(t, x)``: the op that first computed ``t``'s buffer, following
+    back ops already writing in place (their output is their ``out=`` buffer), and that buffer."""
+    t = c.args[0]
+    seen = 0
+    while isinstance(t, TensorProxy) and seen < 10_000:
+        p = prods.get(t, None)
+        if p is None:
+            return None
+        same = runtime_aliases(p)
+        if not same:
+            return p, t
+        t = same[0][1]
+        seen += 1
+    return None
+
+
+def _returned_data(ret: BoundSymbol) -> set[str]:
+    """Names a return hands back as data: all it reads except its ``flat_args`` entry, which
+    names the inputs themselves (Thunder unwraps it, or collects gradients by those names)."""
+    from thunder.core.pytree import tree_flatten
+
+    def names(x) -> set[str]:
+        return {p.name for p in tree_flatten(x)[0] if isinstance(p, TensorProxy)}
+
+    out: set[str] = set()
+    for a in ret.args:
+        if isinstance(a, dict):
+            out |= names({k: v for k, v in a.items() if k != "flat_args"})
+        else:
+            out |= names(a)
+    return out
+
+
+def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]:
+    """Writes to an input made functional go back in place where the input's old value dies.
+
+    An input ``x`` whose writes became values (:mod:`thunder_ext.functionalize`) gets its final
+    value back in one epilogue ``copy_``: ``t = index_copy(x, ...); ...; c = copy_(t, x)``.
+    When nothing reads ``x``'s storage after the op ``P`` that first computed ``t``'s buffer
+    from it (only the epilogue does), ``P`` can write ``x`` itself (``out=x``, ``inplace=True``,
+    or for the torch executor's out-of-place setitem with a basic key, ``x[key].copy_(value)``);
+    every later version of ``t`` is then ``x`` at run time, and the epilogue is a copy of ``x``
+    onto itself, which goes.  That is the slice write a KV-cache update was in eager, with no
+    copy of the cache.  Conditions, besides :func:`reinplace`'s for the op itself:
+
+    * the trace is final and has no top-level barrier left (``remove_final_barriers`` ran), so
+      program order is final; ``x`` is a trace input that does not require grad, shares no
+      storage with another input, and the epilogue is a top-level torch-executor ``copy_``;
+    * every reader of ``x`` or a view of it, except ``P`` and the epilogue, comes before
+      ``P`` (so ``x`` is not returned nor saved for backward under its own name), and ``P``
+      reads no view of ``x`` (a partial overlap).
+
+    Before (a KV-cache step on the input ``cache``)::
+
+        t46 = copy_with_setitem_impl(cache, (slice(None, None, None), 2), k)
+        t51 = torch.mul(t46, 2)
+        t60 = copy_(t46, cache, grad_enabled=True)
+
+    After::
+
+        t64 = getitem(cache, (slice(None, None, None), 2))
+        t65 = copy_(k, t64, grad_enabled=False)
+        t51 = torch.mul(cache, 2)
+
+    Returns the new trace (the input itself when nothing changed) and how many epilogues went.
+    The ``del``s are recomputed with Thunder's ``del_last_used``.
+    """
+    from thunder.core.proxies import variableify
+    from thunder.executors.torchex import copy_ as torch_copy_
+    from thunder.executors.torchex import getitem as torch_getitem
+
+    from thunder_ext.final_barriers import is_del_or_clear, recompute_dels
+    from thunder_ext.op_kinds import is_barrier, is_copy, is_return
+
+    bsyms = [b for b in trace.bound_symbols if not is_del_or_clear(b)]
+    if any(is_barrier(b) for b in bsyms):
+        return trace, 0
+    inputs = input_names(trace)
+    shared = {n for names in aliased_inputs for n in names}
+    position = {id(b): i for i, b in enumerate(bsyms)}
+    cons = consumers(bsyms)
+    prods = producers(bsyms)
+    info = storage_groups(bsyms, inputs)
+    members = info.groups.members()
+    replace: dict[int, list[BoundSymbol]] = {}
+    drop: set[int] = set()
+    swap: dict = {}
+    for j, c in enumerate(bsyms):
+        if _torchex_name(c) != "copy_" or not is_copy(c) or len(c.args) < 2:
+            continue
+        x = c.args[1]
+        if not isinstance(x, TensorProxy) or x.name not in inputs or x.name in shared or x.requires_grad:
+            continue
+        found = _epilogue_chain(c, prods)
+        if found is None:
+            continue
+        p, t0 = found
+        i = position[id(p)]
+        if id(p) in replace or not _same_layout_class(x, t0) or len(p.flat_proxy_outs) != 1:
+            continue
+        group = members.get(info.group_of(x), [x.name]) if x.name in info.groups else [x.name]
+        late = False
+        for m in group:
+            try:
+                readers = cons.get_by_name(m)
+            except KeyError:
+                readers = []
+            for r in readers:
+                k = position[id(r)]
+                if r is c or k < i or (r is p and m == x.name) or (is_return(r) and m not in _returned_data(r)):
+                    continue
+                late = True
+        if late or _written_after(t0, j, bsyms, cons):
+            continue
+        name = _torchex_name(p)
+        slice_write = _as_slice_write(p, x, prods, cons)
+        if slice_write is not None:
+            key, value, arange = slice_write
+            with tracectx(trace):
+                view, copied = TensorProxy(like=value), TensorProxy(like=value)
+            where = {"source_filename": p.source_filename, "source_positions": p.source_positions}
+            replace[id(p)] = [
+                torch_getitem.bind(x, key, output=view).from_bsym(**where),
+                torch_copy_.bind(value, view, grad_enabled=False, output=copied).from_bsym(**where),
+            ]
+            if arange is not None:
+                drop.add(id(arange))
+            swap[variableify(t0)] = x
+        else:
+            if (name not in _OUT_ARG and name not in _INPLACE_FLAG) or is_inplace_form(p):
+                continue
+            if not any(b is x for b in _candidates(p)):
+                continue
+            if any(isinstance(a, TensorProxy) and a.name in group and a.name != x.name for a in p.flat_proxy_args):
+                continue
+            new = _inplace_form(p, x)
+            if new is None or not _probe(new, x, t0):
+                continue
+            replace[id(p)] = [new]
+        drop.add(id(c))
+        swap[variableify(c.flat_proxy_outs[0])] = c.args[0]
+    if not drop:
+        return trace, 0
+    out: list[BoundSymbol] = []
+    for b in bsyms:
+        if id(b) in drop:
+            continue
+        for nb in replace.get(id(b), [b]):
+            mine = {v: swap[v] for v in map(variableify, nb.flat_proxy_args) if v in swap}
+            # A value renamed to another renamed one (the epilogue's source was the setitem's output).
+            mine = {k: swap.get(variableify(v), v) for k, v in mine.items()}
+            out.append(nb.from_bsym_swap_proxies(mine, skip_output=True) if mine else nb)
+    new_trace = recompute_dels(trace, out)
+    new_trace.set_provenance(TraceProvenance(f"thunder_ext reinplace inputs ({len(drop)} epilogue copies removed)"))
+    return new_trace, len(drop)

@@ -117,6 +117,11 @@ class BarrierSymbols:
     # Ordering barriers fused in a joint trace: the backward's regions are rematerialization
     # consumers of the forward's, so the barrier pass pins the forward values they read.
     backward: bool = False
+    # A joint trace that a fusion executor may split into regions: the backward may recompute
+    # a forward value from an input that a forward write (an epilogue copy_) has since
+    # changed, so the backward's reads of values computed from mutated storage are pinned
+    # whether or not ordering barriers are fused.
+    remat_backward: bool = False
 
     def fusible(self, bsym: BoundSymbol) -> bool:
         """Whether ``bsym`` may end up inside a fusion region."""
@@ -138,18 +143,19 @@ def barrier_symbols(
     # bsyms in one region, which the forward/backward split then duplicates, write included;
     # the dataflow partitioner never merges them.
     backward = any(has_tags(b, {BoundSymbolTag.BACKWARD}) for b in bsyms)
-    if probe_arg is None or (backward and not dataflow):
-        return BarrierSymbols(pin, pin, inductor=inductor)
-    probe = prims.update_aliases.bind((probe_arg,), output=(probe_arg,))
     fusers = [ex for ex in executors or () if isinstance(ex, FusionExecutor)]
+    remat = backward and any(_fuses(ex, b, when_unknown=True) for ex in fusers for b in bsyms)
+    if probe_arg is None or (backward and not dataflow):
+        return BarrierSymbols(pin, pin, inductor=inductor, remat_backward=remat)
+    probe = prims.update_aliases.bind((probe_arg,), output=(probe_arg,))
     barrier_fusers = [ex for ex in fusers if _fuses(ex, probe, when_unknown=False)]
     if len(barrier_fusers) != 1:
-        return BarrierSymbols(pin, pin, inductor=inductor)
+        return BarrierSymbols(pin, pin, inductor=inductor, remat_backward=remat)
     (fuser,) = barrier_fusers
     others_fuse = any(_fuses(ex, b, when_unknown=True) for ex in fusers if ex is not fuser for b in bsyms)
     if others_fuse:
-        return BarrierSymbols(pin, pin, inductor=inductor)
-    return BarrierSymbols(prims.update_aliases, pin, fuser, dataflow, inductor, backward)
+        return BarrierSymbols(pin, pin, inductor=inductor, remat_backward=remat)
+    return BarrierSymbols(prims.update_aliases, pin, fuser, dataflow, inductor, backward, remat)
 
 
 def partition_keeps_every_bsym(trace: TraceCtx, bsyms: Sequence[BoundSymbol], fuser: FusionExecutor) -> bool:

@@ -43,8 +43,20 @@ def barrier_report_lines(report, indent: str = "  ") -> list[str]:
         lines.append(f"{indent}barrier: {_reasons(rec)}")
     for bsym in report.dead_writes:
         lines.append(f"{indent}removed dead in-place op {_describe(bsym)}")
+    lines += [f"{indent}{line}" for line in _input_lines(report)]
     if report.dropped_witnesses:
         lines.append(f"{indent}{report.dropped_witnesses} ordering(s) left to the fusion stage (they carry gradients)")
+    return lines
+
+
+def _input_lines(report) -> list[str]:
+    """The written inputs made values (one epilogue copy_ each) and those kept in place, with why."""
+    lines = []
+    if getattr(report, "functional_inputs", None):
+        names = ", ".join(f"`{n}`" for n in report.functional_inputs)
+        lines.append(f"inputs written as values, then copied back once at the end: {names}")
+    for name, why in getattr(report, "kept_inputs", {}).items():
+        lines.append(f"input `{name}` written in place (the fallback): {why}")
     return lines
 
 
@@ -56,6 +68,7 @@ def barrier_report_html(report) -> str:
     e = html.escape
     items = [f"<li>barrier: {e(_reasons(r))}</li>" for r in report.barriers]
     items += [f"<li>removed dead in-place op <code>{e(_describe(b))}</code></li>" for b in report.dead_writes]
+    items += [f"<li>{e(line)}</li>" for line in _input_lines(report)]
     body = f"<ul>{''.join(items)}</ul>" if items else ""
     return f"<div class=\"thunder-ext-report\"><b>{e(barrier_report_headline(report))}</b>{body}</div>"
 
@@ -64,6 +77,8 @@ def removal_report_headline(report) -> str:
     """``'4 barriers removed (3 placed by thunder-ext), 0 left inside fusion regions, 0.3 ms'``."""
     parts = [f"{report.removed} barrier{'s' if report.removed != 1 else ''} removed ({report.removed_ours} placed by thunder-ext)"]
     parts.append(f"{report.in_regions} left inside fusion regions")
+    if report.epilogues_reinplaced:
+        parts.append(f"{report.epilogues_reinplaced} input write(s) back in place")
     if report.copies_folded:
         parts.append(f"{report.copies_folded} copy_ folded into out=")
     if report.kept:

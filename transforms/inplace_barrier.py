@@ -28,11 +28,12 @@ from thunder.core.trace import TraceCtx
 
 from thunder_ext.barriers import place_barriers
 from thunder_ext.errors import InplaceOrderingError
+from thunder_ext.functionalize import InputPolicy
 from thunder_ext.final_barriers import BarrierRemovalReport, count_barriers, remove_final_barriers
 from thunder_ext.input_aliases import aliased_inputs, guard_substituted_aliases
 from thunder_ext.integration import install_barrier_stage, reports_for
 from thunder_ext.logs import log_refusal, log_removal, log_report
-from thunder_ext.reinplace import fold_copies, reinplace
+from thunder_ext.reinplace import fold_copies, reinplace, reinplace_inputs
 from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients
 from thunder_ext.remat_guard import has_nvfuser
 from thunder_ext.validation import require_bool
@@ -63,6 +64,7 @@ class InplaceBarrierTransform(thunder.Transform):
                 differentiable=frozenset(diff),
                 aliased_inputs=aliased,
                 nvfuser_may_run=nvfuser,
+                functional_inputs=InputPolicy(enabled=True),
             )
             if diff:
                 refuse_unsupported_gradients(computation_trace, new, report, diff, nvfuser_may_run=nvfuser)
@@ -105,6 +107,9 @@ class InplaceBarrierTransform(thunder.Transform):
                 assert_barrier_removal(ordered, new, stage="final backward trace" if backward else "final forward trace")
             # With no barrier left, an op whose result only a copy_ reads can write the copy's
             # destination itself (thunder_ext.reinplace.fold_copies).
+            # An input whose writes became values is written in place again where its old value
+            # dies, and its epilogue copy_ goes (thunder_ext.reinplace.reinplace_inputs).
+            new, removal.epilogues_reinplaced = reinplace_inputs(new, aliased)
             new, removal.copies_folded = fold_copies(new, aliased)
         else:
             top, in_regions = count_barriers(new)

@@ -1,0 +1,205 @@
+"""Writes to inputs as values: one epilogue ``copy_`` per written input, then back in place.
+
+Before autodiff, a write to an input that no gradient flows through becomes its out-of-place
+value (:mod:`thunder_ext.functionalize`): every later read sees the new value, and the caller's
+tensor gets the final one from one ``copy_`` just before the return.  In the final trace, where
+the input's old value dies at the op that first computes its new one, that op writes the input
+itself again and the epilogue goes (:func:`thunder_ext.reinplace.reinplace_inputs`), so a
+KV-cache slice write stays a slice write.
+"""
+
+from __future__ import annotations
+
+import pytest
+import thunder
+import torch
+import torch.nn.functional as F
+
+from support import MATRIX, PLAIN_HAZARD, config_id
+from thunder_ext.testing.compare import Config, differential
+from thunder_ext.transforms import InplaceBarrierTransform
+
+
+def kv_cache_step(q, k, v, kc, vc):
+    kc[:, 3] = k
+    vc[:, 3] = v
+    att = torch.softmax(q @ kc.transpose(-1, -2), dim=-1)
+    return att @ vc
+
+
+def read_before_and_after(x, w):
+    y = x.sum()
+    x.add_(1)
+    return y * w + x.sum()
+
+
+def strided_scale_then_matmul(x, w):
+    x[:, ::2].mul_(2)
+    return x @ w
+
+
+def read_then_strided_scale(x, w):
+    y = (x * 1) @ w  # saved for backward: x * 1, not x (eager computes this)
+    x[:, ::2].mul_(2)
+    return y, x @ w
+
+
+def metric_update_then_compute(pred, target, correct, total):
+    loss = F.cross_entropy(pred, target)
+    correct.add_((pred.argmax(1) == target).sum())
+    total.add_(target.numel())
+    return loss, correct / total
+
+
+def several_writes_and_views(x, w):
+    x.mul_(2)
+    x[1:].add_(1)
+    row = x[0]
+    x.clamp_(max=1.5)
+    return row * w, x[2]
+
+
+def returns_written_input(x, w):
+    x[0].mul_(3)
+    return x, (x * w).sum()
+
+
+def _randn(g, *shape, grad=False):
+    return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_(grad)
+
+
+def _build(name):
+    def build():
+        g = torch.Generator().manual_seed(0)
+        if name == "kv_cache_step":
+            args = (_randn(g, 2, 1, 4), _randn(g, 2, 4), _randn(g, 2, 4), _randn(g, 2, 6, 4), _randn(g, 2, 6, 4))
+        elif name == "metric_update_then_compute":
+            pred = _randn(g, 6, 3, grad=True)
+            target = torch.randint(0, 3, (6,), generator=g)
+            # float32 state: torch.compile (torch 2.11) loses writes into 0-dim float64 CPU inputs,
+            # in place or not, plain torch.compile too (docs/limits.md).
+            args = (pred, target, torch.zeros(()), torch.zeros(()))
+        elif name == "read_before_and_after":
+            args = (_randn(g, 3, 4), _randn(g, 3, grad=True))
+        elif name in ("strided_scale_then_matmul", "read_then_strided_scale"):
+            args = (_randn(g, 3, 4), _randn(g, 4, 2, grad=True))
+        else:
+            args = (_randn(g, 3, 4), _randn(g, 4, grad=True))
+        return PROGRAMS[name], args, {}
+
+    return build
+
+
+PROGRAMS = {
+    f.__name__: f
+    for f in (
+        kv_cache_step,
+        read_before_and_after,
+        strided_scale_then_matmul,
+        read_then_strided_scale,
+        metric_update_then_compute,
+        several_writes_and_views,
+        returns_written_input,
+    )
+}
+
+
+@pytest.mark.parametrize("config", MATRIX, ids=config_id)
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_functional_inputs_match_eager(name, config: Config):
+    verdict = differential(_build(name), config)
+    assert verdict.status == "correct", f"{verdict.status}: {verdict.detail}"
+
+
+def test_read_then_strided_scale_was_refused_where_plain_is_right():
+    """Evidence for the case above: plain Thunder (default executors) computes it; the transform
+    refused it before inputs became values (``SavedTensorMutationError``)."""
+    verdict = differential(_build("read_then_strided_scale"), PLAIN_HAZARD)
+    assert verdict.status == "correct", f"{verdict.status}: {verdict.detail}"
+
+
+def _compile(fn, **kw):
+    return thunder.jit(fn, transforms=[InplaceBarrierTransform(check=True)], **kw)
+
+
+def _kv_args(n=64):
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(2, 1, 8, generator=g), torch.randn(2, 8, generator=g), torch.randn(2, 8, generator=g),
+            torch.zeros(2, n, 8), torch.zeros(2, n, 8))  # fmt: skip
+
+
+def test_written_inputs_get_one_epilogue_copy_each_before_autodiff():
+    """Before autodiff: no write stays mid-trace; each written input has one ``copy_`` whose
+    destination is the input, and nothing but the return follows the last of them."""
+    from thunder_ext.op_kinds import effect_of, is_return
+
+    jf = _compile(kv_cache_step)
+    jf(*_kv_args())
+    trace = next(t for t in thunder.last_traces(jf) if "functional" in str(t.get_provenance()))
+    writes = [(i, b) for i, b in enumerate(trace.bound_symbols) if effect_of(b).writes]
+    dests = sorted(w.name for _, b in writes for w in effect_of(b).writes)
+    assert dests == ["kc", "vc"], dests
+    last = max(i for i, _ in writes)
+    assert all(is_return(b) or b.sym.name == "update_aliases" for b in trace.bound_symbols[last + 1 :])
+    from thunder_ext import last_reports
+
+    assert last_reports(jf)[0].before_autodiff.functional_inputs == ["kc", "vc"]
+
+
+def test_kv_cache_slice_write_goes_back_in_place():
+    """The final trace writes the cache slice in place: no copy of the whole cache, no epilogue."""
+    from thunder_ext import last_reports
+
+    jf = _compile(kv_cache_step)
+    args = _kv_args()
+    expected_args = [a.clone() for a in args]
+    torch.testing.assert_close(jf(*args), kv_cache_step(*expected_args))
+    torch.testing.assert_close(list(args), expected_args)
+    final = thunder.last_traces(jf)[-1]
+    names = [b.sym.name for b in final.bound_symbols]
+    assert "copy_with_setitem_impl" not in names and "index_copy" not in names, names
+    # Two slice copies, one per cache, and no other copy.
+    copies = [b for b in final.bound_symbols if b.sym.name == "copy_"]
+    assert [tuple(b.args[1].shape) for b in copies] == [(2, 8), (2, 8)]
+    assert last_reports(jf)[0].final_forward.epilogues_reinplaced == 2
+
+
+def test_old_value_read_after_keeps_the_epilogue():
+    """``x``'s old value is read after the op that computes its new one: the op cannot write ``x``."""
+
+    def f(x):
+        y = x + 1
+        z = x * 2  # reads the old x after y was computed
+        x.copy_(y)
+        return z
+
+    jf = _compile(f)
+    x = torch.arange(4.0)
+    out = jf(x)
+    torch.testing.assert_close(out, torch.arange(4.0) * 2)
+    torch.testing.assert_close(x, torch.arange(4.0) + 1)
+
+
+def test_write_into_0dim_float64_cpu_input_is_refused_under_torch_compile():
+    """torch.compile loses such a write (plain torch.compile too): refused, never silently wrong."""
+    from thunder_ext.errors import LostScalarWriteError
+    from thunder_ext.testing.compare import error_in_chain
+
+    def f(x, c):
+        c.add_(x.sum())
+        return c * 2
+
+    eager_c = torch.zeros((), dtype=torch.float64)
+    f(torch.ones(3, dtype=torch.float64), eager_c)
+    torch._dynamo.reset()
+    lost = torch.zeros((), dtype=torch.float64)
+    with torch.no_grad():
+        torch.compile(f)(torch.ones(3, dtype=torch.float64), lost)
+    assert lost.item() != eager_c.item(), "torch.compile got it right: the refusal is no longer needed"
+
+    from thunder.executors.torch_compile import torch_compile_ex
+
+    jf = _compile(f, executors=[torch_compile_ex])
+    with pytest.raises(Exception) as e:
+        jf(torch.ones(3, dtype=torch.float64), torch.zeros((), dtype=torch.float64))
+    assert error_in_chain(e.value, LostScalarWriteError) is not None
