@@ -244,6 +244,8 @@ class PlacementOptions:
     previous_barriers: dict[tuple[str, ...], list[tuple[TensorProxy, ...]]]
     resolved_names: dict[str, str]
     aliased_inputs: tuple[frozenset[str], ...] = ()
+    # Inputs whose writes became values before autodiff: their copy_s at the end are the epilogue.
+    epilogue_inputs: frozenset[str] = frozenset()
     nvfuser_may_run: bool = True  # so a write needs its destination to be a region input (see Economy)
     effects_cache: dict | None = None  # effects of bsyms analysed in more than one round (see storage_groups)
 
@@ -341,23 +343,7 @@ class _Placer:
         self.last_write: dict[str, _LastWrite] = {}
         self.epoch: dict[str, list[tuple[int, TensorProxy | None, BoundSymbol]]] = {}
         self.pending_remat: dict[str, _LastWrite] = {}  # group -> forward write not yet pinned
-        self.epilogue_start = self.find_epilogue()
         self.touched_forward: set[str] = set()  # forward values computed from mutated storage
-
-    def find_epilogue(self) -> int | None:
-        """Where the forward's epilogue starts: the first of the ``copy_``s into trace inputs after
-        which the forward does nothing else (thunder_ext.functionalize's write-back); None if none."""
-        start = None
-        for k in range(len(self.bsyms) - 1, -1, -1):
-            b = self.bsyms[k]
-            if is_return(b) or has_tags(b, {BoundSymbolTag.BACKWARD}):
-                continue
-            writes = self.info.effects[k].writes
-            if (is_copy(b) or is_copy_composite(b)) and writes and all(w.name in self.inputs for w in writes):
-                start = k
-                continue
-            break
-        return start
 
     # -- versions and reachability ------------------------------------------------------------
 
@@ -441,8 +427,6 @@ class _Placer:
             self.note_backward_reads(bsym)
             self.pin_backward_reads(bsym)
         self.pin_pending_writes(i, bsym)
-        if i == self.epilogue_start and self.options.symbols.inductor:
-            self.cut_before_epilogue(i, bsym)
         self.split_for_torch_compile(i, bsym, effect, write_groups)
         cur = self.renamed(bsym)
         if bsym.sym.id == prims.PrimIDs.GET_GRAD:
@@ -537,17 +521,6 @@ class _Placer:
         if self.region_ends or aliased:
             self.end_region(i, bsym, effect, write_groups, aliased)
         self.note_region_inputs(bsym, write_groups)
-
-    def cut_before_epilogue(self, i: int, bsym: BoundSymbol) -> None:
-        """The epilogue's ``copy_``s into inputs start a ``torch_compile_ex`` region of their own.
-
-        Inductor miscompiles some graphs that copy into an input a value the graph also uses
-        otherwise, even when the copy is the graph's last op, the form it is built for
-        (``t = batch_norm(a, rm, rv, training=True); a.copy_(t); return t.mean(1), t * 3``
-        returns a wrong mean in one region, torch 2.11).  Before the cut every region is free of
-        writes into inputs but for running statistics; after it, one region only copies."""
-        plan = _Plan(reasons=["torch.compile: the epilogue copy_s into inputs run in a region of their own"])
-        self.cross_cut(i, bsym, plan)
 
     def end_region(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str], aliased: set[str]) -> None:
         used = {self.info.group_of(p) for p in tensor_args(bsym)}
@@ -1067,6 +1040,7 @@ def place_barriers(
     dataflow: bool = False,
     nvfuser_may_run: bool | None = None,
     functional_inputs: "InputPolicy | None" = None,
+    epilogue_inputs: frozenset[str] = frozenset(),
 ) -> tuple[TraceCtx, BarrierReport]:
     """The full pass, returning the new trace and a report of what it did.
 
@@ -1107,11 +1081,59 @@ def place_barriers(
     try:
         return _place_barriers(
             trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow, nvfuser_may_run,
-            functional_inputs,
+            functional_inputs, epilogue_inputs,
         )
     finally:
         if was_enabled:
             gc.enable()
+
+
+def unfuse_epilogue(bsyms: list[BoundSymbol], epilogue_inputs: frozenset[str], executors, pin) -> list[BoundSymbol]:
+    """The epilogue (the ``copy_``s into ``epilogue_inputs`` after which the forward writes
+    nothing, thunder_ext.functionalize's write-back) bound as the torch executor's ``copy_``,
+    which ``torch_compile_ex`` does not fuse: its regions then hold values only.
+
+    Inductor miscompiles regions that end with such copies: ``rm.copy_(rv); rv.mul_(rm)`` as
+    values (``rm1 = clone(rv); rv1 = rv * rm1``, then ``copy_(rm1, rm); copy_(rv1, rv)``) leaves
+    ``rm == rv * rv`` (torch 2.11); ``t = batch_norm(a, rm, rv, training=True); a.copy_(t); return
+    t.mean(1), t * 3`` a wrong mean.  Unfused, each copy is one eager ``copy_`` call after the
+    region, and the region count stays plain Thunder's.  A barrier among them is bound as ``pin``
+    (unfused) too, or under consecutive fusion it would make a region of its own.
+    """
+    from thunder.executors.torchex import copy_ as torch_copy_
+
+    if not any(getattr(ex, "name", None) == "torch" for ex in executors or ()):
+        return bsyms
+    out = list(bsyms)
+    through: dict[str, str] = {}  # barrier output -> the name it renames (an epilogue writes through one)
+    for b in out:
+        if is_barrier(b):
+            for o, i in zip(tensor_outs(b), tensor_args(b)):
+                through[o.name] = through.get(i.name, i.name)
+    for k in range(len(out) - 1, -1, -1):
+        b = out[k]
+        if is_return(b) or has_tags(b, {BoundSymbolTag.BACKWARD}):
+            continue
+        if is_barrier(b):
+            if b.sym is not pin:
+                out[k] = pin.bind(*b.args, output=b.output).from_bsym(
+                    header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
+                )
+            continue
+        effect = effect_of(b)
+        if not effect.writes or not all(through.get(w.name, w.name) in epilogue_inputs for w in effect.writes):
+            break
+        copy = b if b.sym.id == prims.PrimIDs.COPY_ else (b.subsymbols[-1] if b.subsymbols else None)
+        outs = tensor_outs(b)
+        if copy is None or copy.sym.id != prims.PrimIDs.COPY_ or len(outs) != 1 or len(copy.args) < 2:
+            break
+        src, dst = copy.args[0], copy.args[1]
+        if src.dtype != dst.dtype or tuple(src.shape) != tuple(dst.shape):
+            break  # a cast inside the composite: leave it as it is
+        out[k] = torch_copy_.bind(src, dst, grad_enabled=False, output=outs[0]).from_bsym(
+            header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
+        )
+    return out
 
 
 def _write_count(placer: _Placer) -> int:
@@ -1137,6 +1159,7 @@ class _FixedPoint:
 def _place_barriers(
     trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow, nvfuser_may_run,
     functional_inputs=None,
+    epilogue_inputs=frozenset(),
 ):
     from thunder_ext.dead_writes import dead_inplace_ops, has_dead_values, remove_bsyms
     from thunder_ext.functionalize import InputPolicy, functionalize
@@ -1174,6 +1197,7 @@ def _place_barriers(
         # Unknown executors: nvFuser may run.
         nvfuser_may_run=(nvfuser_may_run if nvfuser_may_run is not None else has_nvfuser(executors) is not False),
         effects_cache=effects,
+        epilogue_inputs=frozenset(epilogue_inputs),
     )
 
     def place(
@@ -1210,6 +1234,8 @@ def _place_barriers(
         return placer, out
 
     placer, out = guarded(placer, out)
+    if options.symbols.inductor and options.epilogue_inputs:
+        out = unfuse_epilogue(out, options.epilogue_inputs, executors, options.symbols.pin)
     fusers = partitioning_fusers(executors, out) if dataflow and placer.report.barriers else []
 
     def partitioned(bsyms: list[BoundSymbol]) -> bool:

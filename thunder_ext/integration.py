@@ -120,6 +120,7 @@ class BarrierStage(FusionExecutor):
         executors = tuple(cd.executors_list) if cd is not None else None
         aliased = reports_for(cd).aliased_inputs if cd is not None else ()
         dataflow = cd is not None and cd.compile_options.get("fusion_type") == "dataflow"
+        before = reports_for(cd).before_autodiff if cd is not None else None
         try:
             new, report = place_barriers(
                 trace,
@@ -128,8 +129,8 @@ class BarrierStage(FusionExecutor):
                 remat_guard=True,
                 aliased_inputs=aliased,
                 dataflow=dataflow,
+                epilogue_inputs=frozenset(before.functional_inputs) if before is not None else frozenset(),
             )
-            before = reports_for(cd).before_autodiff if cd is not None else None
             refuse_saved_tensor_mutation(report, before.epilogue_writes if before is not None else None)
             refuse_lost_scalar_writes(new, executors)
         except InplaceOrderingError as e:
