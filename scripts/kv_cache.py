@@ -78,7 +78,8 @@ def run_one(mode: str, executors: str, heads: int, seq: int, dim: int, calls: in
         fn = thunder.jit(decode_step, transforms=[InplaceBarrierTransform()] if mode == "transform" else [], **kw)
     with torch.no_grad():
         out = fn(*args)
-        ok = torch.allclose(out, expected) and all(torch.equal(a, b) for a, b in zip(args, expected_args))
+        # Outputs within float32 rounding (Inductor fuses softmax differently); caches exactly.
+        ok = torch.allclose(out, expected, rtol=1e-4, atol=1e-5) and all(torch.equal(a, b) for a, b in zip(args, expected_args))
         for _ in range(2):
             fn(*args)
         times = []

@@ -1088,7 +1088,9 @@ def place_barriers(
             gc.enable()
 
 
-def unfuse_epilogue(bsyms: list[BoundSymbol], epilogue_inputs: frozenset[str], executors, pin) -> list[BoundSymbol]:
+def unfuse_epilogue(
+    bsyms: list[BoundSymbol], epilogue_inputs: frozenset[str], executors, pin, trace: TraceCtx | None = None
+) -> list[BoundSymbol]:
     """The epilogue (the ``copy_``s into ``epilogue_inputs`` after which the forward writes
     nothing, thunder_ext.functionalize's write-back) bound as the torch executor's ``copy_``,
     which ``torch_compile_ex`` does not fuse: its regions then hold values only.
@@ -1105,6 +1107,7 @@ def unfuse_epilogue(bsyms: list[BoundSymbol], epilogue_inputs: frozenset[str], e
     if not any(getattr(ex, "name", None) == "torch" for ex in executors or ()):
         return bsyms
     out = list(bsyms)
+    sources: dict[str, str] = {}  # the value an epilogue copies -> the input it copies it into
     through: dict[str, str] = {}  # barrier output -> the name it renames (an epilogue writes through one)
     for b in out:
         if is_barrier(b):
@@ -1133,6 +1136,52 @@ def unfuse_epilogue(bsyms: list[BoundSymbol], epilogue_inputs: frozenset[str], e
         out[k] = torch_copy_.bind(src, dst, grad_enabled=False, output=outs[0]).from_bsym(
             header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
         )
+        sources[src.name] = through.get(dst.name, dst.name)
+    return _unfuse_dying_slice_writes(out, sources, through, trace) if trace is not None else out
+
+
+# The ops functionalize turns a partial write into (a setitem; a scatter through a slice).
+_SLICE_WRITES = frozenset({"setitem", "copy_with_setitem", "index_copy"})
+
+
+def _unfuse_dying_slice_writes(out: list[BoundSymbol], sources: dict[str, str], through: dict[str, str], trace) -> list[BoundSymbol]:
+    """An epilogue's value made by a partial write of its input (``kc[:, pos] = k`` as a value:
+    a setitem or a slice scatter) whose old value nothing reads afterwards: that op is claimed by
+    the torch executor too, outside every ``torch_compile_ex`` region, so that on the final trace
+    it can write the input in place (``reinplace.reinplace_inputs``) instead of a region copying
+    the whole input on every call."""
+    from thunder.executors.torchex import ex as torchex
+
+    from thunder_ext.functionalize import _claim
+    from thunder_ext.reinplace import _returned_data
+
+    made_at = {p.name: k for k, b in enumerate(out) for p in b.flat_proxy_outs}
+    for src, x in sources.items():
+        k = made_at.get(src)
+        if k is None:
+            continue
+        p = out[k]
+        args = tensor_args(p)
+        if p.sym.name not in _SLICE_WRITES or has_tags(p, {BoundSymbolTag.BACKWARD}) or not args:
+            continue
+        if through.get(args[0].name, args[0].name) != x:
+            continue
+        late = False
+        for b in out[k + 1 :]:
+            writes = effect_of(b).writes
+            if is_barrier(b) or (writes and through.get(writes[0].name, writes[0].name) == x):
+                continue
+            names = _returned_data(b) if is_return(b) else {a.name for a in tensor_args(b)}
+            if any(through.get(n, n) == x for n in names):
+                late = True
+                break
+        if late:
+            continue
+        claimed = _claim(trace, [p], [torchex])
+        if not claimed or any(c.sym.executor is not torchex for c in claimed):
+            continue
+        out[k : k + 1] = [c.from_bsym(source_filename=p.source_filename, source_positions=p.source_positions) for c in claimed]
+        made_at = {q.name: j for j, b in enumerate(out) for q in b.flat_proxy_outs}
     return out
 
 
@@ -1235,7 +1284,7 @@ def _place_barriers(
 
     placer, out = guarded(placer, out)
     if options.symbols.inductor and options.epilogue_inputs:
-        out = unfuse_epilogue(out, options.epilogue_inputs, executors, options.symbols.pin)
+        out = unfuse_epilogue(out, options.epilogue_inputs, executors, options.symbols.pin, trace)
     fusers = partitioning_fusers(executors, out) if dataflow and placer.report.barriers else []
 
     def partitioned(bsyms: list[BoundSymbol]) -> bool:
