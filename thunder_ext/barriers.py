@@ -1282,9 +1282,13 @@ def _place_barriers(
             placer, out = place(stripped, remat, frozenset(differentiable))
         return placer, out
 
+    def unfused(out: list[BoundSymbol]) -> list[BoundSymbol]:
+        if options.symbols.inductor and options.epilogue_inputs:
+            return unfuse_epilogue(out, options.epilogue_inputs, executors, options.symbols.pin, trace)
+        return out
+
     placer, out = guarded(placer, out)
-    if options.symbols.inductor and options.epilogue_inputs:
-        out = unfuse_epilogue(out, options.epilogue_inputs, executors, options.symbols.pin, trace)
+    out = unfused(out)
     fusers = partitioning_fusers(executors, out) if dataflow and placer.report.barriers else []
 
     def partitioned(bsyms: list[BoundSymbol]) -> bool:
@@ -1297,6 +1301,7 @@ def _place_barriers(
         if options.symbols.fuser is not None:
             options = replace(options, symbols=replace(options.symbols, ordering=options.symbols.pin, fuser=None))
             placer, out = guarded(*place(stripped))
+            out = unfused(out)
         if not partitioned(out):
             out = hoist_barriers(out)
             if not partitioned(out):

@@ -1,4 +1,4 @@
-"""Functionalization of private storage: writes nobody else can see become out-of-place ops.
+"""Functionalization: writes become out-of-place values, for private storage and for inputs.
 
 Storage is *observable* when its group (:mod:`thunder_ext.alias_analysis`) contains a trace
 input, and *private* when it was created inside the trace.  A write to private storage has no
@@ -14,8 +14,33 @@ effect a caller can see, except through later reads inside the trace, so
 * a view of the base read after a write is re-derived from the new base (view replay): its
   view op is called again on the current value.
 
-After this pass the barrier pass (:mod:`thunder_ext.barriers`) runs on what is left: the
-writes to observable storage, and the private groups that could not be functionalized.
+With :class:`InputPolicy` ``enabled`` (before autodiff), an input that no gradient flows
+through (a buffer, a cache, a metric's state: neither it, nor what is made from it or written
+into it, nor what such a write reads, carries one) is treated the same way, its base being the
+input itself, and gets its final value back from one *epilogue* ``copy_`` just before the
+return, under the source line of its last write; the return reads the copy's output.  Before
+(``y = x.sum(); x.add_(1); return y + x.sum()``)::
+
+    y = ltorch.sum(x)
+    t4 = ltorch.add_(x, 1)
+    t7 = ltorch.sum(x)
+    t8 = ltorch.add(y, t7)
+    return t8
+
+After, with the barrier the barrier pass then places to order the copy after ``sum(x)``::
+
+    y = ltorch.sum(x)
+    t12 = ltorch.add(x, 1)
+    t7 = ltorch.sum(t12)
+    t8 = ltorch.add(y, t7)
+    (t14, t15) = prims.update_aliases((x, y))
+    t13 = prims.copy_(t12, t14, grad_enabled=False)
+    return t8
+
+On the final trace :func:`thunder_ext.reinplace.reinplace_inputs` puts the write back in place
+where the old value dies.  After this pass the barrier pass (:mod:`thunder_ext.barriers`) runs
+on what is left: the writes to inputs that carry gradients or share storage with another input
+(class 7), and the groups that could not be functionalized.
 
 Invariants this pass relies on:
 
@@ -38,7 +63,8 @@ Invariants this pass relies on:
 
 Guarantees:
 
-* observable storage is untouched: its writes, and every read of it, stay as they were;
+* observable storage is untouched, except the inputs the policy admits: the writes and reads of
+  every other input stay as they were;
 * a group is rewritten whole or not at all, so no private group keeps part of its writes;
 * the input trace is never mutated; at the fusion stage the bsyms it adds are claimed by the
   compilation's executors (:func:`_claim`), so they run wherever the replaced ones did, and a
@@ -345,8 +371,9 @@ class _Functionalizer:
         if len(writes) != 1:
             return False
         i = writes[0]
-        b = self.bsyms[i]
-        return is_copy(b) and b.flat_proxy_args[1].name in self.info.inputs and last_read.get(g, -1) <= i
+        writes = self.info.effects[i].writes
+        whole = len(writes) == 1 and writes[0].name in self.info.inputs
+        return is_copy(self.bsyms[i]) and whole and last_read.get(g, -1) <= i
 
     def proxy_named(self, name: str) -> TensorProxy:
         for b in self.bsyms:

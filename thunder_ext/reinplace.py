@@ -560,7 +560,9 @@ def _as_slice_write(p: BoundSymbol, x: TensorProxy, prods, cons) -> tuple | None
         key = (slice(None),) * d + (slice(r.start, r.stop, r.step),)
     else:
         return None
-    if a is not x or not isinstance(value, TensorProxy) or value.dtype != x.dtype or not _basic_key(key):
+    if not isinstance(a, TensorProxy) or a.name != x.name or not isinstance(value, TensorProxy):
+        return None
+    if value.dtype != x.dtype or not _basic_key(key):
         return None
     try:
         shape = tuple(torch.empty(tuple(x.shape), device="meta")[key].shape)
@@ -715,7 +717,7 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
         else:
             if (name not in _OUT_ARG and name not in _INPLACE_FLAG) or is_inplace_form(p):
                 continue
-            if not any(b is x for b in _candidates(p)):
+            if not any(b.name == x.name for b in _candidates(p)):
                 continue
             if any(isinstance(a, TensorProxy) and a.name in group and a.name != x.name for a in p.flat_proxy_args):
                 continue

@@ -105,11 +105,12 @@ class InplaceBarrierTransform(thunder.Transform):
                 from thunder_ext.checker import assert_barrier_removal
 
                 assert_barrier_removal(ordered, new, stage="final backward trace" if backward else "final forward trace")
-            # With no barrier left, an op whose result only a copy_ reads can write the copy's
-            # destination itself (thunder_ext.reinplace.fold_copies).
             # An input whose writes became values is written in place again where its old value
             # dies, and its epilogue copy_ goes (thunder_ext.reinplace.reinplace_inputs).
-            new, removal.epilogues_reinplaced = reinplace_inputs(new, aliased)
+            if not backward:  # the epilogues are the forward's; a backward's inputs are saved values
+                new, removal.epilogues_reinplaced = reinplace_inputs(new, aliased)
+            # With no barrier left, an op whose result only a copy_ reads can write the copy's
+            # destination itself (thunder_ext.reinplace.fold_copies).
             new, removal.copies_folded = fold_copies(new, aliased)
         else:
             top, in_regions = count_barriers(new)
