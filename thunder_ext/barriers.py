@@ -1321,7 +1321,8 @@ def _place_barriers(
     report.seconds = time.perf_counter() - start
     new_trace.set_provenance(
         TraceProvenance(
-            f"thunder_ext barriers ({len(functionalized)} private writes made functional, "
+            f"thunder_ext barriers ({len(functionalized)} writes made functional"
+            f"{f' ({len(report.functional_inputs)} inputs copied back once)' if report.functional_inputs else ''}, "
             f"{len(report.barriers)} placed, {nstripped} stripped, "
             f"{len(report.dead_writes)} dead in-place ops removed; took {report.seconds * 1e3:.0f} ms)"
         )
