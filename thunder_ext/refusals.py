@@ -288,7 +288,9 @@ def refuse_lost_scalar_writes(trace: TraceCtx, executors) -> None:
     input unchanged, whether the write is in place or a ``copy_`` at the end; every other dtype
     and shape tried is right (docs/limits.md).
     """
-    if not any(getattr(ex, "name", None) == "torchcompile" for ex in executors or ()):
+    from thunder_ext.remat_guard import has_torch_compile
+
+    if not has_torch_compile(executors):
         return
     scalars = {
         a.name for a in trace.args

@@ -571,7 +571,7 @@ def _as_slice_write(p: BoundSymbol, x: TensorProxy, prods, cons) -> tuple | None
     return (key, value, arange) if shape == tuple(value.shape) else None
 
 
-def _written_after(t0: TensorProxy, j: int, bsyms: list[BoundSymbol], cons) -> bool:
+def _written_after(t0: TensorProxy, j: int, bsyms: list[BoundSymbol]) -> bool:
     """Whether a bsym after position ``j`` writes ``t0``'s buffer in place (``out=``): once ``t0``'s
     op writes the input, that would write the input after its epilogue.  (:func:`reinplace`
     reuses a buffer that dies at the epilogue for a later result.)"""
@@ -698,7 +698,7 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
                 if r is c or k < i or (r is p and m == x.name) or (is_return(r) and m not in _returned_data(r)):
                     continue
                 late = True
-        if late or _written_after(t0, j, bsyms, cons):
+        if late or _written_after(t0, j, bsyms):
             continue
         name = _torchex_name(p)
         slice_write = _as_slice_write(p, x, prods, cons)

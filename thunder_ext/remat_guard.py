@@ -82,6 +82,11 @@ def has_nvfuser(executors: Sequence[Executor] | None) -> bool | None:
     return None if executors is None else any(getattr(ex, "name", None) == "nvfuser" for ex in executors)
 
 
+def has_torch_compile(executors: Sequence[Executor] | None) -> bool:
+    """Whether ``torch_compile_ex`` is among ``executors`` (its regions are Inductor graphs)."""
+    return any(getattr(ex, "name", None) == "torchcompile" for ex in executors or ())
+
+
 def claimed_barrier_symbol(executors: Sequence[Executor] | None) -> Symbol:
     """The barrier as the compilation's operator executors would claim it (needs no further claiming)."""
     for ex in executors or ():
@@ -137,7 +142,7 @@ def barrier_symbols(
 ) -> BarrierSymbols:
     """The symbols to bind barriers with at the fusion stage of a compilation using ``executors``."""
     pin = claimed_barrier_symbol(executors)
-    inductor = any(getattr(ex, "name", None) == "torchcompile" for ex in executors or ())
+    inductor = has_torch_compile(executors)
     probe_arg = next((p for b in bsyms for p in b.flat_proxy_args if isinstance(p, TensorProxy)), None)
     # With a backward in the joint trace, consecutive fusion could join forward and backward
     # bsyms in one region, which the forward/backward split then duplicates, write included;
