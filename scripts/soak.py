@@ -4,11 +4,14 @@
     python scripts/soak.py --examples 2000 --seed 7 --shrink
     python scripts/soak.py --executors torch_compile   # the cells with executors=[torch_compile_ex]
     python scripts/soak.py --jobs 12 --seed 100 --examples 6000 --executors both --time-limit 540 --json s.json
+    python scripts/soak.py --rotate --seed 13000 --examples 10000 --executors both --json s.json  # one cell per program
 
 Prints how many programs ran, how many were out of scope (a documented Thunder limitation in every
 cell), the verdict counts per cell, the outcomes (ok, refused by error class, wrong, crash;
 ``--plain`` judges plain Thunder the same way), and every distinct failure with the smallest program
-that showed it (``--shrink`` asks hypothesis for a minimal one).  Exit status 1 on any failure.
+that showed it (``--shrink`` asks hypothesis for a minimal one).  A refusal is joined with plain
+Thunder in its cell: where plain Thunder matches eager, it is a failure (``needless-refusal``),
+except class 9 with grad, counted apart.  Exit status 1 on any failure.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress", type=int, default=25, help="print a line every N programs (0: never)")
     parser.add_argument("--plain", action="store_true",
                         help="judge plain Thunder (no transform) by the same rule, for comparison")
+    parser.add_argument("--rotate", action="store_true",
+                        help="judge each program in one cell, rotating through the cells (about 8x the programs per minute)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="worker processes, worker i with seed SEED+i and its share of --examples (needs --seed)")
     parser.add_argument("--time-limit", type=float, default=None,
@@ -88,7 +93,8 @@ def _soak_here(args, start: float):
                 flush=True,
             )
 
-    result = soak(args.examples, seed=args.seed, on_program=progress, configs=configs, time_limit=args.time_limit)
+    result = soak(args.examples, seed=args.seed, on_program=progress, configs=configs, time_limit=args.time_limit,
+                  rotate=args.rotate)
     return result, configs
 
 

@@ -929,3 +929,40 @@ def ema_read_after_no_grad_write(e, p):
 
 def test_ema_read_after_no_grad_write():
     assert_matches_eager(ema_read_after_no_grad_write, lambda g: (_x(g), _x(False)))
+
+
+# -- soak seed 12000 with the plain-Thunder join: a refusal where plain Thunder is right ----------
+
+
+def gradless_copy_nothing_reads(a, b, rm, rv):
+    t0 = rm[1:]
+    a.copy_(b)  # a carries gradients, b none; nothing reads a afterwards
+    return (t0, rv)
+
+
+def gradless_copy_then_read(a, b):
+    a.copy_(b)
+    return (a * 2,)  # eager: a's retained gradient is 2 * cotangent; Thunder: None
+
+
+def test_gradless_copy_nothing_reads_is_answered():
+    """Was an ``OverwriteGradientError`` although no gradient is lost and plain Thunder matches eager."""
+    configs = (*CONFIGS, *(replace(c, executors="torch_compile") for c in CONFIGS))
+    make = lambda g: (_x(g) * 1, _x(False), *_stats())  # noqa: E731
+    cells = judge_function(gradless_copy_nothing_reads, make, configs=configs).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+def test_gradless_copy_then_read_is_still_refused():
+    """The overwritten tensor is read: plain Thunder loses its gradient, so the refusal stays."""
+    from thunder_ext import OverwriteGradientError
+    from thunder_ext.testing.compare import error_in_chain
+
+    def build():
+        torch.manual_seed(0)
+        return gradless_copy_then_read, (_x(True) * 1, _x(False)), {}
+
+    plain = differential(build, Config(transform=False, fusion_type="consecutive", check=False))
+    assert plain.status == "wrong", "plain Thunder got it right: the refusal is no longer needed"
+    v = differential(build, Config(fusion_type="dataflow"))
+    assert v.status == "refused" and error_in_chain(v.outcome.error, OverwriteGradientError) is not None, v.detail

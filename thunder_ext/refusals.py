@@ -49,8 +49,8 @@ def refuse_unsupported_gradients(
     """Raise for the first unsupported construct; ``after`` is the barrier pass's output for ``before``."""
     refuse_view_gradients(report, diff)
     refuse_returned_input_with_new_history(after, diff)
-    refuse_gradless_overwrite(before, diff)
-    stripped = _stripped_storage(before)  # both class-9 checks read the same analysis
+    stripped = _stripped_storage(before)  # the class-9 checks and the overwrite check read the same analysis
+    refuse_gradless_overwrite(before, diff, stripped)
     refuse_written_grad_inputs(before, stripped)
     refuse_running_stats_with_grad(before, diff)
     refuse_writes_through_grad_input_views(before, stripped, nvfuser_may_run=nvfuser_may_run)
@@ -141,25 +141,46 @@ def refuse_returned_input_with_new_history(trace: TraceCtx, diff: set[str]) -> N
             )
 
 
-def refuse_gradless_overwrite(trace: TraceCtx, diff: set[str]) -> None:
-    """Refuse ``dst.copy_(src)`` where ``dst`` carries gradients and ``src`` does not.
+def refuse_gradless_overwrite(
+    trace: TraceCtx, diff: set[str], stripped: tuple[list[BoundSymbol], AliasInfo] | None = None
+) -> None:
+    """Refuse ``dst.copy_(src)`` where ``dst`` carries gradients, ``src`` does not, and the result is read.
 
-    Eager gives the overwritten tensor's inputs a zero gradient; Thunder 0.2.6 returns None
-    for them or fails inside its backward with a bare ``AssertionError``.
+    Eager gives the overwritten tensor's inputs a zero gradient, and a retained gradient to the
+    new value; Thunder 0.2.6 returns None for them or fails inside its backward with a bare
+    ``AssertionError``.  Where nothing reads the overwritten storage afterwards, or the only
+    reader is the return of a whole input (the caller's own tensor, whose new value carries no
+    gradient in either), there is no gradient to lose, and plain Thunder matches eager: that is
+    let through.
     """
     # Without barriers, every proxy has its traced name, which is what ``diff`` knows.
-    for bsym in strip_barriers(trace.bound_symbols)[0]:
+    bsyms, info = stripped or _stripped_storage(trace)
+    for i, bsym in enumerate(bsyms):
         if not (is_copy(bsym) or bsym.sym.id == "torch.Tensor.copy_"):
             continue
         dests = {w.name for w in effect_of(bsym).writes}
         srcs = [p for p in tensor_args(bsym) if p.name not in dests]
-        if dests & diff and srcs and not any(p.name in diff for p in srcs):
-            raise OverwriteGradientError(
-                "`copy_` overwrites a tensor that carries gradients with a value that carries none; eager "
-                "gives the overwritten inputs a zero gradient, Thunder loses it. Use a new tensor instead "
-                "of copying into one that requires grad",
-                bsym,
-            )
+        if not (dests & diff and srcs and not any(p.name in diff for p in srcs)):
+            continue
+        if not _overwrite_is_read(bsyms[i + 1 :], info, dests):
+            continue
+        raise OverwriteGradientError(
+            "`copy_` overwrites a tensor that carries gradients with a value that carries none, and the "
+            "overwritten tensor is read afterwards; eager gives the overwritten inputs a zero gradient, "
+            "Thunder loses it. Use a new tensor instead of copying into one that requires grad",
+            bsym,
+        )
+
+
+def _overwrite_is_read(later: Sequence[BoundSymbol], info: AliasInfo, dests: set[str]) -> bool:
+    """Some later bsym reads the storage of ``dests``; a return of a whole input's storage does not count."""
+    groups = {info.group_of(d) for d in dests}
+    whole_input = all(d in info.inputs for d in dests)
+    for b in later:
+        touched = any(isinstance(p, TensorProxy) and info.group_of(p) in groups for p in b.flat_proxy_args)
+        if touched and not (is_return(b) and whole_input):
+            return True
+    return False
 
 
 def refuse_running_stats_with_grad(trace: TraceCtx, diff: set[str]) -> None:

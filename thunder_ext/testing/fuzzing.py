@@ -44,8 +44,11 @@ as generated (when any input requires grad) and once with none.  A cell passes w
   fusion-stage traces; or
 * the transform refuses with a documented :class:`~thunder_ext.errors.InplaceOrderingError`
   (a :class:`~thunder_ext.checker.TraceInvariantError` is the checker catching a bug: a
-  failure), whether or not eager raised; eager raising and the compiled run returning
-  numbers is a failure; or
+  failure), whether or not eager raised, *and* plain Thunder (``consecutive``, the cell's
+  executors) does not match eager on it: a refusal where plain Thunder is right is a
+  regression (``needless-refusal``).  The one exception is class 9 in a cell with grad
+  (:data:`ALLOWED_REFUSALS_UNDER_GRAD`), which the soak counts apart.  Eager raising and the
+  compiled run returning numbers is a failure; or
 * eager raises, and the compiled run raises an error of the same type; or
 * the difference is one of the documented exceptions (docs/limits.md): eager's
   stricter version counter, eager's refusal of a write whose source overlaps its
@@ -523,13 +526,22 @@ class TraceViolation(FuzzFailure):
     """A correct run whose final or fusion-stage trace fails :func:`verify`."""
 
 
+class NeedlessRefusal(FuzzFailure):
+    """The transform refused a program that plain Thunder (same executors) answers as eager does."""
+
+
 FAILURE_KINDS: dict[str, type[FuzzFailure]] = {
     "wrong": WrongResult,
     "missed-refusal": MissedRefusal,
     "checker": CheckerCaught,
     "crash": CompiledCrash,
     "violation": TraceViolation,
+    "needless-refusal": NeedlessRefusal,
 }
+
+# The one refusal allowed where plain Thunder is right: a write with grad enabled to an input
+# that requires grad (class 9), whose autograd history the caller's tensor cannot receive.
+ALLOWED_REFUSALS_UNDER_GRAD = ("GradInputWriteError",)
 
 
 @dataclass
@@ -541,6 +553,7 @@ class Cell:
     status: str  # differential's status
     detail: str
     verdict: str  # 'ok', 'out-of-scope' or a FAILURE_KINDS key
+    plain: str | None = None  # plain Thunder's status in this cell, where it was asked (refusals, crashes)
 
     @property
     def failed(self) -> bool:
@@ -767,8 +780,8 @@ def judge_cell(build: Builder, config: Config, grad: bool, baseline: Callable[[]
     v = differential(build, config)
     error = v.outcome.error if v.outcome is not None else None
 
-    def cell(verdict: str, detail: str = v.detail) -> Cell:
-        return Cell(config, grad, v.status, detail, verdict)
+    def cell(verdict: str, detail: str = v.detail, plain: str | None = None) -> Cell:
+        return Cell(config, grad, v.status, detail, verdict, plain)
 
     if v.status == "correct":
         violations = trace_violations(v.outcome.compiled)
@@ -777,7 +790,12 @@ def judge_cell(build: Builder, config: Config, grad: bool, baseline: Callable[[]
         if _is_checker_error(error):
             stage = re.search(r"on the ([\w ()-]+?):", str(error))
             return cell("checker", f"{_violation_kinds(error)} on the {stage.group(1) if stage else '?'}")
-        return cell("ok")
+        if grad and type(error).__name__ in ALLOWED_REFUSALS_UNDER_GRAD:
+            return cell("ok")
+        plain = baseline()
+        if plain.status == "correct":
+            return cell("needless-refusal", f"{v.detail} [plain thunder: correct]", plain.status)
+        return cell("ok", plain=plain.status)
     if v.status == "wrong":
         if v.eager_error is not None and _eager_stricter(build, v):
             return cell("ok", "documented exception: eager's version counter refuses, forward values match")
@@ -797,7 +815,7 @@ def judge_cell(build: Builder, config: Config, grad: bool, baseline: Callable[[]
     if documented is not None:
         return cell("out-of-scope", f"documented limit: {documented}")
     plain = baseline()
-    return cell("crash", f"{v.detail} at {_where(error)} [plain thunder: {plain.status}]")
+    return cell("crash", f"{v.detail} at {_where(error)} [plain thunder: {plain.status}]", plain.status)
 
 
 def judge_builders(builders: Mapping[bool, Builder], configs: Sequence[Config] = CONFIGS) -> Judgement:
@@ -819,9 +837,17 @@ def judge_builders(builders: Mapping[bool, Builder], configs: Sequence[Config] =
     return Judgement(cells)
 
 
-def judge(program: Program, configs: Sequence[Config] = CONFIGS) -> Judgement:
-    """The verdict rule over ``program``: with grad (as generated) when any input wants it, and without."""
+def judge(program: Program, configs: Sequence[Config] = CONFIGS, *, cell: int | None = None) -> Judgement:
+    """The verdict rule over ``program``: with grad (as generated) when any input wants it, and without.
+
+    ``cell`` judges one cell only: ``configs[cell % len(configs)]``, with grad when
+    ``cell // len(configs)`` is odd and the program has inputs that want it (a soak that
+    rotates through the cells covers each of them in turn, at a fraction of the cost).
+    """
     modes = (False, True) if program.has_grad_inputs else (False,)
+    if cell is not None:
+        grad = program.has_grad_inputs and (cell // len(configs)) % 2 == 1
+        return judge_builders({grad: program.builder(grad)}, (configs[cell % len(configs)],))
     return judge_builders({g: program.builder(g) for g in modes}, configs)
 
 
@@ -857,6 +883,10 @@ class SoakResult:
         for c in j.cells:
             self.cells[c.verdict] = self.cells.get(c.verdict, 0) + 1
             key = f"refused: {c.detail.split(':')[0]}" if c.status == "refused" else c.status
+            if c.status == "refused" and c.plain is None:
+                key += " (class 9 under grad)" if c.verdict == "ok" else ""
+            elif c.status == "refused":
+                key += f" (plain thunder: {c.plain})"
             if c.verdict == "ok" and c.status in ("wrong", "crash"):
                 # Not a failure: eager raises too, or a documented exception (see judge_cell).
                 key = "raises as eager does" if c.status == "crash" else "documented exception"
@@ -914,11 +944,14 @@ def soak(
     on_program: Callable | None = None,
     configs: Sequence[Config] = CONFIGS,
     time_limit: float | None = None,
+    rotate: bool = False,
 ) -> SoakResult:
     """Judge ``max_examples`` random programs under ``configs`` without stopping at failures; group them by signature.
 
     ``time_limit`` (seconds) ends the soak early, after the program in flight, with what it has
     judged so far: a soak on a machine lent for minutes must return its counts, not be killed.
+    ``rotate`` judges each program in one cell, the next program in the next cell (``judge``'s
+    ``cell``): many more programs per minute, each cell still judged on every 2·len(configs)-th.
     """
     import time
 
@@ -943,7 +976,7 @@ def soak(
     def run(program: Program) -> None:
         if stop_at is not None and time.monotonic() > stop_at:
             raise _TimeUp
-        j = judge(program, configs)
+        j = judge(program, configs, cell=result.ran if rotate else None)
         result.record(program, j)
         if on_program is not None:
             on_program(result, program, j)
