@@ -3,6 +3,7 @@
     .venv/bin/python scripts/bench.py                      # N in 100 200 400
     .venv/bin/python scripts/bench.py --n 50 100 --json out.json
     .venv/bin/python scripts/bench.py --skip-gallery       # only the timing loop
+    .venv/bin/python scripts/bench.py --skip-gallery --loop input --n 400 800 1600   # the loop writes its input
     .venv/bin/python scripts/bench.py --skip-gallery --n 100 200 400 800 1600 --png docs/img/compile_time.png
 
 Four markdown tables, the first three with ratios against plain Thunder from this very run:
@@ -12,8 +13,8 @@ Four markdown tables, the first three with ratios against plain Thunder from thi
     (top-level bsyms with ``sym.is_fusion``) with ``executors=[torch_compile_ex]``.
     ``-`` where a run produced no final trace (it crashed or was refused).
 (b) compile time on ``y = x.exp(); acc = x * 0; for _ in range(N): y.add_(1); acc = acc + y``:
-    the transform's own time (sum of ``report.seconds`` over ``last_reports``, before autodiff
-    and at the fusion stage) and the wall-clock first call with the transform, both against
+    the transform's own time (sum over ``last_reports`` of the passes before autodiff and at the
+    fusion stage, and of the final-trace hook's ``hook_seconds``) and the wall-clock first call with the transform, both against
     the wall-clock first call of plain ``thunder.jit``.  The transform runs with
     ``check=False`` (the checker is a debugging aid, not part of the pass).
 (c) scaling: the transform's time per bound symbol against the length of the trace it saw.
@@ -206,8 +207,10 @@ def budget_table(rows: list[dict]) -> str:
 # -- (b) and (c) the loop --------------------------------------------------------------------
 
 
-def make_loop(n: int):
-    def loop(x):
+def make_loop(n: int, kind: str = "private"):
+    """The timed loop: N in-place adds to a private tensor (``private``) or to the input itself (``input``)."""
+
+    def private(x):
         y = x.exp()
         acc = x * 0
         for _ in range(n):
@@ -215,7 +218,14 @@ def make_loop(n: int):
             acc = acc + y
         return acc
 
-    return loop
+    def input(x):
+        acc = x * 0
+        for _ in range(n):
+            x.add_(1)
+            acc = acc + x
+        return acc
+
+    return {"private": private, "input": input}[kind]
 
 
 def _barrier_trace_len(jfn) -> int | None:
@@ -229,44 +239,51 @@ def _barrier_trace_len(jfn) -> int | None:
     return None
 
 
-def bench_loop(n: int, repeat: int = 1) -> dict:
+def bench_loop(n: int, repeat: int = 1, kind: str = "private") -> dict:
     """The loop at size ``n``; with ``repeat`` > 1, every time is the median over repeats
     (the machine is shared, so the minimum flatters whichever side got a quiet moment)."""
-    runs = [_bench_loop_once(n) for _ in range(repeat)]
+    runs = [_bench_loop_once(n, kind) for _ in range(repeat)]
     best = dict(runs[0])
     for key in ("plain_first_call_s", "transform_first_call_s", "transform_own_s"):
         best[key] = statistics.median(r[key] for r in runs)
     own = sorted(runs, key=lambda r: r["transform_own_s"])[len(runs) // 2]
     best["transform_before_autodiff_s"] = own["transform_before_autodiff_s"]
     best["transform_fusion_stage_s"] = own["transform_fusion_stage_s"]
+    best["transform_final_traces_s"] = own["transform_final_traces_s"]
     best["repeats"] = repeat
     return best
 
 
-def _bench_loop_once(n: int) -> dict:
+def _bench_loop_once(n: int, kind: str = "private") -> dict:
     import thunder
 
     from thunder_ext import InplaceBarrierTransform, last_reports
 
-    fn = make_loop(n)
+    fn = make_loop(n, kind)
     x = torch.randn(4, 3)
-    expected = fn(x.clone())
+    x_expected = x.clone()
+    expected = fn(x_expected)
 
     plain = thunder.jit(fn, fusion_type="dataflow")
+    x_plain = x.clone()
     gc.collect()
     t0 = time.perf_counter()
-    got_plain = plain(x.clone())
+    got_plain = plain(x_plain)
     plain_s = time.perf_counter() - t0
 
     jfn = thunder.jit(fn, transforms=[InplaceBarrierTransform(check=False)], fusion_type="dataflow")
+    x_t = x.clone()
     gc.collect()
     t0 = time.perf_counter()
-    got_t = jfn(x.clone())
+    got_t = jfn(x_t)
     transform_total_s = time.perf_counter() - t0
 
     reps = last_reports(jfn)
     before = sum(r.before_autodiff.seconds for r in reps if r.before_autodiff is not None)
     fusion = sum(r.fusion_stage.seconds for r in reps if r.fusion_stage is not None)
+    final = sum(
+        f.hook_seconds for r in reps for f in (r.final_forward, r.final_backward) if f is not None
+    )
     fusion_len = sum(len(r.fusion_stage_trace.bound_symbols) for r in reps if r.fusion_stage_trace is not None)
     before_len = _barrier_trace_len(jfn)
     barriers = sum(len(r.before_autodiff.barriers) if r.before_autodiff else 0 for r in reps)
@@ -274,28 +291,30 @@ def _bench_loop_once(n: int) -> dict:
         "n": n,
         "plain_first_call_s": plain_s,
         "transform_first_call_s": transform_total_s,
-        "transform_own_s": before + fusion,
+        "loop": kind,
+        "transform_own_s": before + fusion + final,
         "transform_before_autodiff_s": before,
         "transform_fusion_stage_s": fusion,
+        "transform_final_traces_s": final,
         "before_autodiff_bsyms": before_len,
         "fusion_stage_bsyms": fusion_len,
         "barriers_placed_before_autodiff": barriers,
-        "plain_matches_eager": bool(torch.allclose(got_plain, expected)),
-        "transform_matches_eager": bool(torch.allclose(got_t, expected)),
+        "plain_matches_eager": bool(torch.allclose(got_plain, expected) and torch.equal(x_plain, x_expected)),
+        "transform_matches_eager": bool(torch.allclose(got_t, expected) and torch.equal(x_t, x_expected)),
     }
 
 
 def loop_table(rows: list[dict]) -> str:
     header = [
         "N", "plain first call (s)", "transform first call (s)", "ratio total",
-        "transform own (s)", "own / plain", "own: before autodiff + fusion stage (s)", "matches eager (plain / transform)",
+        "transform own (s)", "own / plain", "own: before autodiff + fusion stage + final traces (s)", "matches eager (plain / transform)",
     ]
     body = [
         [
             r["n"], f"{r['plain_first_call_s']:.2f}", f"{r['transform_first_call_s']:.2f}",
             _ratio(r["transform_first_call_s"], r["plain_first_call_s"]),
             f"{r['transform_own_s']:.3f}", _ratio(r["transform_own_s"], r["plain_first_call_s"]),
-            f"{r['transform_before_autodiff_s']:.3f} + {r['transform_fusion_stage_s']:.3f}",
+            f"{r['transform_before_autodiff_s']:.3f} + {r['transform_fusion_stage_s']:.3f} + {r['transform_final_traces_s']:.3f}",
             f"{r['plain_matches_eager']} / {r['transform_matches_eager']}",
         ]
         for r in rows
@@ -398,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="time each N this many times, keep the median")
     parser.add_argument("--json", metavar="PATH", help="also write every number to PATH as JSON")
     parser.add_argument("--skip-gallery", action="store_true", help="skip (a), the gallery counts")
+    parser.add_argument("--loop", choices=("private", "input"), default="private",
+                        help="(b)'s loop writes a private tensor (default) or the input itself")
     parser.add_argument("--png", metavar="PATH", help="also draw (b), first-call time against N, as a PNG")
     ns = parser.parse_args(argv)
 
@@ -431,11 +452,11 @@ def main(argv: list[str] | None = None) -> int:
     warm_up()
     loops = []
     for n in ns.n:
-        r = bench_loop(n, ns.repeat)
+        r = bench_loop(n, ns.repeat, ns.loop)
         loops.append(r)
         print(f"  N={n}: plain {r['plain_first_call_s']:.2f} s, transform {r['transform_first_call_s']:.2f} s "
               f"(own {r['transform_own_s']:.3f} s)", file=sys.stderr, flush=True)
-    print("## (b) first-call time on the in-place loop (dataflow fusion, default executors)\n")
+    print(f"## (b) first-call time on the in-place loop, {ns.loop} storage (dataflow fusion, default executors)\n")
     print(loop_table(loops))
     print("\n## (c) scaling of the transform's own time with trace length\n")
     print(scaling_table(loops))

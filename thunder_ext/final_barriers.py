@@ -90,7 +90,9 @@ class BarrierRemovalReport:
     # (thunder_ext.reinplace.reinplace_inputs; set by the transform).
     epilogues_reinplaced: int = 0
     why_kept: str = ""
-    seconds: float = 0.0
+    seconds: float = 0.0  # the removal alone
+    # The transform's whole final-trace hook: reinplace, this removal, reinplace_inputs, fold_copies.
+    hook_seconds: float = 0.0
     trace_with_barriers: TraceCtx | None = None  # the trace before the removal
 
     def __repr__(self) -> str:

@@ -376,6 +376,8 @@ class _Functionalizer:
         return is_copy(self.bsyms[i]) and whole and last_read.get(g, -1) <= i
 
     def proxy_named(self, name: str) -> TensorProxy:
+        # Searched in the bsyms, not trace.args: a trace built by hand may carry its inputs only
+        # as unpacks (alias_analysis.input_names reads both).
         for b in self.bsyms:
             for p in b.flat_proxy_args:
                 if p.name == name and isinstance(p, TensorProxy):

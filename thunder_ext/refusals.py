@@ -11,7 +11,7 @@ storage a caller can see (inputs and their views), where the write stays.  Each 
 * a returned input that does not require grad after a differentiable value was written into
   it (Thunder returns the input tensor itself, without history);
 * :class:`OverwriteGradientError`: ``dst.copy_(src)`` with ``dst`` differentiable and ``src``
-  not (Thunder loses the zero gradient, or fails in its backward).
+  not, and ``dst`` read afterwards (Thunder loses the zero gradient, or fails in its backward).
 
 Class 6 is judged at the fusion stage instead (:func:`refuse_saved_tensor_mutation`, called by
 :mod:`thunder_ext.integration`), where the backward exists.  Intermediate proxies carry no

@@ -22,6 +22,8 @@ nothing but names).  Both only where no later transform has a post-optimization 
 
 from __future__ import annotations
 
+import time
+
 import thunder
 from thunder.core.compile_data import get_compile_data
 from thunder.core.trace import TraceCtx
@@ -84,6 +86,7 @@ class InplaceBarrierTransform(thunder.Transform):
         return guard_substituted_aliases(prologue_trace, computation_trace), new, epilogue_trace
 
     def transform_trace_post_optimization(self, computation_trace: TraceCtx, **kwargs) -> TraceCtx:
+        start = time.perf_counter()
         cd = get_compile_data()
         last = self._last_to_rewrite(cd)
         # Re-inplacing only reuses buffers that nothing reads any more (thunder_ext.reinplace), in
@@ -118,6 +121,7 @@ class InplaceBarrierTransform(thunder.Transform):
                 kept=top, in_regions=in_regions, trace_with_barriers=new,
                 why_kept="a later transform of this compilation rewrites the final traces" if top else "",
             )  # fmt: skip
+        removal.hook_seconds = time.perf_counter() - start
         if cd is not None:
             reports = reports_for(cd)
             if backward:
