@@ -966,3 +966,19 @@ def test_gradless_copy_then_read_is_still_refused():
     assert plain.status == "wrong", "plain Thunder got it right: the refusal is no longer needed"
     v = differential(build, Config(fusion_type="dataflow"))
     assert v.status == "refused" and error_in_chain(v.outcome.error, OverwriteGradientError) is not None, v.detail
+
+
+def gradless_copy_read_only_by_dead_code(a, b, c):
+    t0 = b.sigmoid()
+    t1 = b - c
+    t1.copy_(a)
+    t2 = t0 * t1  # dead: differentiates nothing
+    return (c, t0)
+
+
+def test_gradless_copy_read_only_by_dead_code_is_answered():
+    """A read of the overwritten tensor that reaches no output loses no gradient (soak seed 12000)."""
+    configs = (*CONFIGS, *(replace(c, executors="torch_compile") for c in CONFIGS))
+    make = lambda g: (_x(False), _x(g), _x(False))  # noqa: E731
+    cells = judge_function(gradless_copy_read_only_by_dead_code, make, configs=configs).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))

@@ -173,10 +173,21 @@ def refuse_gradless_overwrite(
 
 
 def _overwrite_is_read(later: Sequence[BoundSymbol], info: AliasInfo, dests: set[str]) -> bool:
-    """Some later bsym reads the storage of ``dests``; a return of a whole input's storage does not count."""
+    """A later bsym that reaches an output reads the storage of ``dests``; a return of a whole
+    input's storage does not count.
+
+    Liveness is judged backwards from the return: a bsym is live when a live bsym reads one of
+    its outputs, and every write is live (it may reach the caller through storage).  A dead read
+    (``t2 = t0 * t1`` that nothing uses) differentiates nothing, so it loses no gradient.
+    """
     groups = {info.group_of(d) for d in dests}
     whole_input = all(d in info.inputs for d in dests)
-    for b in later:
+    live: set[str] = set()
+    for b in reversed(later):
+        writes = bool(effect_of(b).writes)
+        if not (is_return(b) or writes or any(p.name in live for p in b.flat_proxy_outs)):
+            continue
+        live.update(p.name for p in b.flat_proxy_args)
         touched = any(isinstance(p, TensorProxy) and info.group_of(p) in groups for p in b.flat_proxy_args)
         if touched and not (is_return(b) and whole_input):
             return True
