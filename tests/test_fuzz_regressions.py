@@ -982,3 +982,57 @@ def test_gradless_copy_read_only_by_dead_code_is_answered():
     make = lambda g: (_x(False), _x(g), _x(False))  # noqa: E731
     cells = judge_function(gradless_copy_read_only_by_dead_code, make, configs=configs).cells
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+# -- soak seed 13000 (--rotate): a no-grad write to a grad input after a barrier renamed it -------
+
+
+def write_from_grad_input_then_no_grad_write_to_it(a, b):
+    t0 = b.unsqueeze(0)
+    b.mul_(a)  # b's old value is saved for a's gradient: refused (class 6), as without the next line
+    with torch.no_grad():
+        a.add_(0.5)
+    t1 = b.mean(0)
+    t2 = t1[0]
+    t3 = a.sum(0)
+    return (t1,)
+
+
+def no_grad_writes_to_two_grad_inputs(a, b):
+    t0 = a + 0.5
+    with torch.no_grad():
+        b.add_(a)
+    t0.sin_()
+    with torch.no_grad():
+        a.mul_(t0)
+    t1 = a.tanh()
+    return (t1, a, b)
+
+
+def test_no_grad_write_after_a_barrier_renamed_the_grad_input():
+    """Silently wrong gradients (plain Thunder wrong too): the ordering barrier before the no-grad
+    write gave ``a`` a new version that was not known to carry gradients, so the write got no
+    straight-through barrier and Thunder's gradient sink took every gradient through ``a``."""
+    configs = (*CONFIGS, *TORCH_COMPILE)
+    assert_matches_eager(write_from_grad_input_then_no_grad_write_to_it, lambda g: (_x(g) * 1, _x(False)),
+                         configs=configs)
+    assert_matches_eager(no_grad_writes_to_two_grad_inputs, lambda g: (_x(g) * 1, _x(g) * 1), configs=configs)
+
+
+def gradless_copy_then_writes_to_the_input(a, b):
+    with torch.no_grad():
+        a.lerp_(b, 0.1)
+    a.sub_(0.5)
+    a.copy_(b)  # a's version here is still the caller's whole tensor
+    a[0] = 2.0  # an in-place op on it reads it only as its destination
+    return (b, a)
+
+
+def test_gradless_copy_then_writes_to_the_input_is_not_a_class_5_refusal():
+    """Was ``OverwriteGradientError`` where plain Thunder is right (soak seed 13000, --rotate); now
+    class 9 under grad, the one refusal allowed there, and answered without grad."""
+    configs = (*CONFIGS, *TORCH_COMPILE)
+    cells = judge_function(gradless_copy_then_writes_to_the_input, lambda g: (_x(g) * 1, _x(False)),
+                           configs=configs).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    assert not any("OverwriteGradientError" in c.detail for c in cells), "\n".join(map(str, cells))

@@ -989,6 +989,8 @@ class _Placer:
             self.cut_origin, self.region_inputs_used, self.region_written = {}, {}, set()
         for (v, cause), new in zip(plan.rename.values(), outs):
             self.bump(v, new, cause)
+            if v.name in self.grad_versions:  # a barrier's output carries what its input carries
+                self.grad_versions.add(new.name)
             if cut:
                 self.cut_origin[new.name] = (new.name, self.storage_of(v.name))
         forward = not has_tags(before, {BoundSymbolTag.BACKWARD})

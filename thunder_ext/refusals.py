@@ -155,14 +155,17 @@ def refuse_gradless_overwrite(
     """
     # Without barriers, every proxy has its traced name, which is what ``diff`` knows.
     bsyms, info = stripped or _stripped_storage(trace)
+    whole = set(info.inputs)  # inputs and the outputs of in-place ops on a whole input: the caller's tensor
     for i, bsym in enumerate(bsyms):
+        effect = effect_of(bsym)
+        whole.update(o.name for o, a in effect.aliases if a.name in whole and any(a is w for w in effect.writes))
         if not (is_copy(bsym) or bsym.sym.id == "torch.Tensor.copy_"):
             continue
-        dests = {w.name for w in effect_of(bsym).writes}
+        dests = {w.name for w in effect.writes}
         srcs = [p for p in tensor_args(bsym) if p.name not in dests]
         if not (dests & diff and srcs and not any(p.name in diff for p in srcs)):
             continue
-        if not _overwrite_is_read(bsyms[i + 1 :], info, dests):
+        if not _overwrite_is_read(bsyms[i + 1 :], info, dests, whole_input=dests <= whole):
             continue
         raise OverwriteGradientError(
             "`copy_` overwrites a tensor that carries gradients with a value that carries none, and the "
@@ -172,25 +175,31 @@ def refuse_gradless_overwrite(
         )
 
 
-def _overwrite_is_read(later: Sequence[BoundSymbol], info: AliasInfo, dests: set[str]) -> bool:
+def _overwrite_is_read(later: Sequence[BoundSymbol], info: AliasInfo, dests: set[str], *, whole_input: bool) -> bool:
     """A later bsym that reaches an output reads the storage of ``dests``; a return of a whole
     input's storage does not count.
 
     Liveness is judged backwards from the return: a bsym is live when a live bsym reads one of
     its outputs, and every write is live (it may reach the caller through storage).  A dead read
-    (``t2 = t0 * t1`` that nothing uses) differentiates nothing, so it loses no gradient.
+    (``t2 = t0 * t1`` that nothing uses) differentiates nothing, so it loses no gradient.  Nor
+    does a later in-place op on a whole input that reads it only as its destination.
     """
     groups = {info.group_of(d) for d in dests}
-    whole_input = all(d in info.inputs for d in dests)
     live: set[str] = set()
     for b in reversed(later):
         writes = bool(effect_of(b).writes)
         if not (is_return(b) or writes or any(p.name in live for p in b.flat_proxy_outs)):
             continue
         live.update(p.name for p in b.flat_proxy_args)
-        touched = any(isinstance(p, TensorProxy) and info.group_of(p) in groups for p in b.flat_proxy_args)
-        if touched and not (is_return(b) and whole_input):
-            return True
+        touching = [p for p in tensor_args(b) if info.group_of(p) in groups]
+        if not touching or (whole_input and is_return(b)):
+            continue
+        # A later in-place op on the input itself (``a[0] = 2.0``, ``a.mul_(2)``): what it makes
+        # is again the caller's tensor, whose gradient plain Thunder gets right.
+        written = {w.name for w in effect_of(b).writes}
+        if whole_input and written and all(p.name in written for p in touching):
+            continue
+        return True
     return False
 
 
