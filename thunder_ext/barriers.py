@@ -512,6 +512,10 @@ class _Placer:
         (``rv.copy_(rm); rm += rv`` with grad).  So whenever ``torch_compile_ex`` is among the
         executors, one unfused barrier over the write's output, through which every later use
         of the storage goes, ends the region there.
+
+        Still needed for the inputs the functional pass keeps in place, and only for them (writes
+        to other inputs are values by now): switched off, three ``torch_compile`` tests go
+        silently wrong, each on such an input (docs/workarounds.md, *torch_compile_ex region ends*).
         """
         # Nothing follows the return in its region.  A backward bsym ends none either: the
         # forward/backward split would put a barrier over backward values into the forward.
