@@ -1036,3 +1036,44 @@ def test_gradless_copy_then_writes_to_the_input_is_not_a_class_5_refusal():
                            configs=configs).cells
     assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
     assert not any("OverwriteGradientError" in c.detail for c in cells), "\n".join(map(str, cells))
+
+
+def gradless_copy_read_without_grad(a, b, c):
+    with torch.no_grad():
+        c.mul_(0.5)
+    b.copy_(c)
+    t0 = a.sum(1)
+    t1 = b.sin()  # read by a no-grad write to private storage nothing reads: dead
+    with torch.no_grad():
+        t1.add_(c)
+    with torch.no_grad():
+        c.lerp_(b, 0.1)  # reads b with grad disabled: differentiates nothing
+    return (c, a, t0)
+
+
+def test_gradless_copy_read_without_grad_is_not_an_overwrite_refusal():
+    """Was ``OverwriteGradientError`` where plain Thunder is right (soak seed 13000, --rotate)."""
+    cells = judge_function(gradless_copy_read_without_grad, lambda g: (_x(g), _x(g) * 1, _x(False)),
+                           configs=(*CONFIGS, *TORCH_COMPILE)).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    assert not any("OverwriteGradientError" in c.detail for c in cells), "\n".join(map(str, cells))
+
+
+def epilogue_then_view_of_a_written_input(a, b, c):
+    a.copy_(b)
+    c.mul_(a)
+    b[0] = 2.0
+    t0 = a.neg()
+    t0.copy_(b)
+    t1 = b.unsqueeze(0)  # a view of b's epilogue output, after the epilogue
+    t2 = b.sin()
+    t3 = t0.sin()
+    return (t1,)
+
+
+def test_epilogue_followed_by_a_view_stays_out_of_the_region_torch_compile():
+    """Silently wrong ``a`` (plain Thunder too): the returned view after the epilogue stopped
+    ``unfuse_epilogue``'s scan, so the epilogue ``copy_``s ran inside the Inductor region, which
+    let ``a`` see ``b[0] = 2.0`` (soak seed 13000, --rotate)."""
+    assert_matches_eager(epilogue_then_view_of_a_written_input, lambda g: (_x(g) * 1, _x(g) * 1, _x(False)),
+                         configs=(*CONFIGS, *TORCH_COMPILE))

@@ -1130,6 +1130,8 @@ def unfuse_epilogue(
                 )
             continue
         effect = effect_of(b)
+        if effect.is_view and not effect.writes:
+            continue  # a view reads no data: one of an epilogue's output (``b.unsqueeze(0)`` returned) may follow it
         if not effect.writes or not all(through.get(w.name, w.name) in epilogue_inputs for w in effect.writes):
             break
         copy = b if b.sym.id == prims.PrimIDs.COPY_ else (b.subsymbols[-1] if b.subsymbols else None)

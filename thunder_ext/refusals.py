@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from thunder.core import dtypes
 from thunder.core.compile_data import get_compile_data
-from thunder.core.proxies import TensorProxy
+from thunder.core.proxies import ProxyTag, TensorProxy
 from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
@@ -40,7 +40,7 @@ from thunder_ext.errors import (
     SavedTensorMutationError,
     ViewGradientError,
 )
-from thunder_ext.op_kinds import copies_without_grad, effect_of, is_copy, is_return, tensor_args, writes_with_grad
+from thunder_ext.op_kinds import copies_without_grad, effect_of, is_copy, is_return, tensor_args, tensor_outs, writes_with_grad
 
 
 def refuse_unsupported_gradients(
@@ -176,31 +176,48 @@ def refuse_gradless_overwrite(
 
 
 def _overwrite_is_read(later: Sequence[BoundSymbol], info: AliasInfo, dests: set[str], *, whole_input: bool) -> bool:
-    """A later bsym that reaches an output reads the storage of ``dests``; a return of a whole
-    input's storage does not count.
+    """A later bsym that reaches an output differentiates the storage of ``dests``; a return of a
+    whole input's storage does not count.
 
     Liveness is judged backwards from the return: a bsym is live when a live bsym reads one of
-    its outputs, and every write is live (it may reach the caller through storage).  A dead read
-    (``t2 = t0 * t1`` that nothing uses) differentiates nothing, so it loses no gradient.  Nor
-    does a later in-place op on a whole input that reads it only as its destination.
+    its outputs, or it writes an input or storage a live bsym reads later.  A dead read
+    (``t2 = t0 * t1`` that nothing uses) differentiates nothing, so it loses no gradient; nor
+    does a read made with grad disabled, nor a later in-place op on a whole input that reads it
+    only as its destination.
     """
     groups = {info.group_of(d) for d in dests}
+    inputs = info.input_groups
     live: set[str] = set()
+    live_groups: set[str] = set()
     for b in reversed(later):
-        writes = bool(effect_of(b).writes)
-        if not (is_return(b) or writes or any(p.name in live for p in b.flat_proxy_outs)):
+        effect = effect_of(b)
+        written = {info.group_of(w) for w in effect.writes}
+        if not (
+            is_return(b)
+            or any(p.name in live for p in b.flat_proxy_outs)
+            or any(g in live_groups or g in inputs for g in written)
+        ):
             continue
         live.update(p.name for p in b.flat_proxy_args)
+        live_groups.update(info.group_of(p) for p in tensor_args(b))
         touching = [p for p in tensor_args(b) if info.group_of(p) in groups]
-        if not touching or (whole_input and is_return(b)):
+        if not touching or (whole_input and is_return(b)) or _without_grad(b, effect):
             continue
         # A later in-place op on the input itself (``a[0] = 2.0``, ``a.mul_(2)``): what it makes
         # is again the caller's tensor, whose gradient plain Thunder gets right.
-        written = {w.name for w in effect_of(b).writes}
-        if whole_input and written and all(p.name in written for p in touching):
+        names = {w.name for w in effect.writes}
+        if whole_input and names and all(p.name in names for p in touching):
             continue
         return True
     return False
+
+
+def _without_grad(bsym: BoundSymbol, effect) -> bool:
+    """``bsym`` ran with grad disabled: a write without grad, or outputs Thunder tagged as detached."""
+    if effect.writes:
+        return not writes_with_grad(bsym)
+    outs = tensor_outs(bsym)
+    return bool(outs) and all(ProxyTag.DETACHED_AUTOGRAD_GRAPH in o.tags for o in outs)
 
 
 def refuse_running_stats_with_grad(trace: TraceCtx, diff: set[str]) -> None:
