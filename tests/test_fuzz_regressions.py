@@ -1077,3 +1077,28 @@ def test_epilogue_followed_by_a_view_stays_out_of_the_region_torch_compile():
     let ``a`` see ``b[0] = 2.0`` (soak seed 13000, --rotate)."""
     assert_matches_eager(epilogue_then_view_of_a_written_input, lambda g: (_x(g) * 1, _x(g) * 1, _x(False)),
                          configs=(*CONFIGS, *TORCH_COMPILE))
+
+
+def returned_input_written_with_grad_then_without(a, b):
+    b.copy_(a)
+    with torch.no_grad():
+        b.lerp_(a, 0.1)  # eager: b keeps the copy's history
+    return (b,)
+
+
+def returned_input_copied_twice_then_written_without_grad(a, b):
+    a.copy_(b)
+    a.neg_()
+    a.copy_(b)
+    with torch.no_grad():
+        a.add_(-0.5)
+    return (a, b)
+
+
+def test_returned_input_written_with_grad_then_without_is_refused():
+    """Silently lost gradient (plain Thunder too): the no-grad write's output carries no gradient,
+    so the returned-input refusal missed the history the copy gave ``b`` (soak seed 13000, --rotate)."""
+    assert_matches_eager(returned_input_written_with_grad_then_without, lambda g: (_x(g) * 1, _x(False)),
+                         configs=(*CONFIGS, *TORCH_COMPILE))
+    assert_matches_eager(returned_input_copied_twice_then_written_without_grad, lambda g: (_x(False), _x(g) * 1),
+                         configs=(*CONFIGS, *TORCH_COMPILE))

@@ -127,8 +127,15 @@ def refuse_returned_input_with_new_history(trace: TraceCtx, diff: set[str]) -> N
     plain_inputs = {
         info.group_of(a): a for a in trace.args if isinstance(a, TensorProxy) and not a.requires_grad
     }
+    # A group one of whose versions was written with gradients keeps that history in eager even
+    # after a later write made without grad (``b.copy_(a); with no_grad: b.lerp_(a, 0.1)``).
+    with_history = {g for g, names in info.groups.members().items() if any(n in diff for n in names)}
     for out in tree_flatten(ret.args[0].get("output"))[0]:
-        if isinstance(out, TensorProxy) and out.name in diff and info.group_of(out) in plain_inputs:
+        if (
+            isinstance(out, TensorProxy)
+            and (out.name in diff or info.group_of(out) in with_history)
+            and info.group_of(out) in plain_inputs
+        ):
             writer = next(
                 (b for b in trace.bound_symbols if any(p.name == out.name for p in b.flat_proxy_outs)), ret
             )
