@@ -223,17 +223,11 @@ def index_copy_from_own_view(a, rm, rv, idx):
     return (rm, t0 * 1)
 
 
-def index_copy_from_own_view_reference(a, rm, rv, idx):
-    t0 = F.batch_norm(a, rm, rv, training=True, momentum=0.1)
-    t1 = t0[:2].clone()
-    t0.index_copy_(0, idx, t1)
-    return (rm, t0 * 1)
-
-
 def test_index_copy_from_own_view():
-    """Documented exception: eager refuses the overlap; the compiled run equals eager with the
-    source cloned (Thunder's decomposition reads the source before writing)."""
-    from thunder_ext.testing.compare import Config, _assert_same, _clone, compile_fn, execute
+    """Eager refuses the overlap ("single memory location"); so does the transform
+    (``OverlappingSourceError``), where it used to answer as if the source were cloned."""
+    from thunder_ext import OverlappingSourceError
+    from thunder_ext.testing.compare import Config, _clone, compile_fn, error_in_chain, execute
 
     def make():
         torch.manual_seed(0)
@@ -242,10 +236,10 @@ def test_index_copy_from_own_view():
     args = make()
     eager = execute(index_copy_from_own_view, [_clone(a) for a in args], {})
     assert "single memory location" in str(eager.error)
-    expected = execute(index_copy_from_own_view_reference, [_clone(a) for a in args], {})
     for fusion_type in ("consecutive", "dataflow"):
         compiled = compile_fn(index_copy_from_own_view, Config(fusion_type=fusion_type))
-        _assert_same(execute(compiled, [_clone(a) for a in args], {}), expected)
+        got = execute(compiled, [_clone(a) for a in args], {})
+        assert error_in_chain(got.error, OverlappingSourceError) is not None, got.error
 
 
 # -- torch_compile_ex soak findings (scripts/soak.py --executors torch_compile) ----------------
@@ -946,11 +940,15 @@ def gradless_copy_then_read(a, b):
 
 
 def test_gradless_copy_nothing_reads_is_answered():
-    """Was an ``OverwriteGradientError`` although no gradient is lost and plain Thunder matches eager."""
+    """Was an ``OverwriteGradientError`` although nothing reads the overwritten tensor. Without
+    grad it matches eager; with grad it is class 9 now (the caller's ``a`` would keep the history
+    eager's copy replaces), not an overwrite refusal."""
     configs = (*CONFIGS, *(replace(c, executors="torch_compile") for c in CONFIGS))
     make = lambda g: (_x(g) * 1, _x(False), *_stats())  # noqa: E731
     cells = judge_function(gradless_copy_nothing_reads, make, configs=configs).cells
-    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    assert all(c.status == "correct" for c in cells if not c.grad), "\n".join(map(str, cells))
+    assert all("GradInputWriteError" in c.detail for c in cells if c.grad), "\n".join(map(str, cells))
 
 
 def test_gradless_copy_then_read_is_still_refused():
@@ -1102,3 +1100,67 @@ def test_returned_input_written_with_grad_then_without_is_refused():
                          configs=(*CONFIGS, *TORCH_COMPILE))
     assert_matches_eager(returned_input_copied_twice_then_written_without_grad, lambda g: (_x(False), _x(g) * 1),
                          configs=(*CONFIGS, *TORCH_COMPILE))
+
+
+# -- soak seed 13000 (--rotate): refusals the judge could not tell from needless ------------------
+
+
+def returned_plain_input_written_from_a_grad_input(a, c):
+    c.clamp_(-1, 1)
+    a.sub_(c)  # `a` does not require grad: eager gives it c's history
+    c.sub_(1.5)
+    return (a,)
+
+
+def overwrite_then_copy_back(a, b):
+    b.copy_(a)  # `b` requires grad, `a` does not: eager gives b's earlier history a zero gradient
+    a.copy_(b)
+    return (b,)
+
+
+@pytest.mark.parametrize(
+    "fn, make_args",
+    [
+        (returned_plain_input_written_from_a_grad_input, lambda g: (_x(False), _x(g) * 1)),
+        (overwrite_then_copy_back, lambda g: (_x(False), _x(g) * 1)),
+        (overwrite_then_copy_back, lambda g: (_x(g) * 1, _x(False))),
+    ],
+    ids=["returned_plain_input", "overwrite_grad_input", "copy_grad_into_plain"],
+)
+def test_refusal_on_a_non_leaf_input_is_not_needless(fn, make_args):
+    """Were judged needless refusals: the judge read a non-leaf input's gradient with
+    ``retain_grad``, which follows in-place writes to the input's last version. With a hook
+    registered at the call, plain Thunder is seen to lose the gradient that reaches the caller."""
+    cells = judge_function(fn, make_args, grad_modes=(True,), configs=(*CONFIGS, *TORCH_COMPILE)).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    assert all(c.status == "refused" and c.plain != "correct" for c in cells), "\n".join(map(str, cells))
+
+
+def batch_norm_without_grad_on_stats_with_grad(x, rm, rv):
+    rm.copy_(x.sum(0))  # rm now carries a gradient
+    with torch.no_grad():
+        y = F.batch_norm(x, rm, rv, training=True, momentum=0.1)  # eager computes this
+    return (y, x.sin())
+
+
+def test_batch_norm_under_no_grad_is_not_a_running_stats_refusal():
+    """Was ``RunningStatsGradError`` where eager and plain Thunder compute (soak seed 13000)."""
+    assert_matches_eager(batch_norm_without_grad_on_stats_with_grad, lambda g: (_x(g), *_stats()),
+                         configs=(*CONFIGS, *TORCH_COMPILE))
+
+
+def write_to_grad_input_no_output_reads(a, b):
+    a.add_(a)  # a leaf: eager refuses; a non-leaf: the caller's `a` gets the write's history
+    t0 = a.sum(1)
+    return (b.sin(),)
+
+
+@pytest.mark.parametrize("leaf", [True, False], ids=["leaf", "non_leaf"])
+def test_write_with_grad_to_grad_input_nothing_returned_reads_is_refused(leaf):
+    """Was a missed refusal on a leaf (soak seed 13000): class 9 asked for an output that depends
+    on the input. On a non-leaf, plain Thunder leaves the caller's tensor without the write's history."""
+    make = (lambda g: (_x(g), _x(g))) if leaf else (lambda g: (_x(g) * 1, _x(g)))
+    cells = judge_function(write_to_grad_input_no_output_reads, make, grad_modes=(True,),
+                           configs=(*CONFIGS, *TORCH_COMPILE)).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    assert all("GradInputWriteError" in c.detail for c in cells), "\n".join(map(str, cells))

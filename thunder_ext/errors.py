@@ -48,6 +48,13 @@ class RunningStatsGradError(InplaceOrderingError):
     """Training-mode batch norm given running statistics that carry a gradient (eager refuses it)."""
 
 
+class OverlappingSourceError(InplaceOrderingError):
+    """An in-place op reads a source that shares elements with what it writes, at other positions.
+
+    Eager's result then depends on its kernel's visiting order; Thunder reads the source first.
+    """
+
+
 class LostScalarWriteError(InplaceOrderingError):
     """``torch_compile_ex`` would silently lose a write into a 0-dim float64 CPU input (torch 2.11)."""
 

@@ -58,6 +58,9 @@ Invariants this pass relies on:
   dtype view, ``as_strided``, a view with a tensor index, an unknown composite) leaves the
   whole group as it was, with its writes and today's barriers: the pass never guesses;
 * a write through a view that repeats elements (``expand``, ``unfold``) is left as it is;
+* so is a ``copy_`` or ``setitem_`` whose source shares elements with what it writes, at other
+  positions (:mod:`thunder_ext.overlap`): run in place it reads its source as it goes, as
+  eager's kernel does, where a value would read it all first;
 * the value written is never an alias of storage that keeps an in-place write, since the
   rewritten group would then alias a tensor that still changes.
 
@@ -85,6 +88,7 @@ from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import storage_groups
+from thunder_ext.overlap import find_overlaps, is_plain_copy
 from thunder_ext.op_kinds import effect_of, is_copy, is_return, origin_ids, tensor_args, tensor_outs, writes_with_grad
 
 PrimIDs = prims.PrimIDs
@@ -312,9 +316,15 @@ class _Functionalizer:
                     bases[g] = bases.get(g, 0) + 1
                     self.node[o.name] = _BASE
         bad |= {g for g, n in bases.items() if n != 1}
+        # A copy_ whose source overlaps what it writes elsewhere reads its source as it goes, in
+        # eager and in Thunder's copy_ alike; its value read up front would differ.
+        overlapping = {info.group_of(o.dst) for o in find_overlaps(self.bsyms, info) if is_plain_copy(o.bsym)}
         for g, x in self.input_of.items():
-            if g in bad:
+            if g in overlapping - bad:
+                self.report.kept_inputs[x.name] = "a copy_ whose source overlaps what it writes, at other positions"
+            elif g in bad:
                 self.report.kept_inputs[x.name] = "a write or view the pass cannot express as a value"
+        bad |= overlapping & candidates
         # The value written must not alias storage that keeps a write.
         changed = True
         while changed:

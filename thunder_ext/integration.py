@@ -33,6 +33,7 @@ from thunder_ext.errors import InplaceOrderingError
 from thunder_ext.logs import log_refusal, log_report
 from thunder_ext.refusals import refuse_lost_scalar_writes, refuse_saved_tensor_mutation
 from thunder_ext.final_barriers import BarrierRemovalReport
+from thunder_ext.overlap import OverlapReport
 from thunder_ext.summaries import (
     barrier_report_headline,
     barrier_report_html,
@@ -54,6 +55,9 @@ class StageReports:
     # Inputs that share storage in the call being compiled (thunder_ext.input_aliases); set
     # before autodiff, read by the fusion-stage pass of the same compilation.
     aliased_inputs: tuple[frozenset[str], ...] = ()
+    # Writes whose source shares the destination's storage, checked before autodiff
+    # (thunder_ext.overlap): how many, and how many were shown apart.
+    overlaps: OverlapReport | None = None
     # Barrier removal on the final traces (thunder_ext.final_barriers), forward and backward.
     final_forward: "BarrierRemovalReport | None" = None
     final_backward: "BarrierRemovalReport | None" = None

@@ -54,6 +54,7 @@ def refuse_unsupported_gradients(
     refuse_written_grad_inputs(before, stripped)
     refuse_running_stats_with_grad(before, diff)
     refuse_writes_through_grad_input_views(before, stripped, nvfuser_may_run=nvfuser_may_run)
+    refuse_written_grad_inputs(before, stripped, independent=True)
 
 
 def _stripped_storage(trace: TraceCtx) -> tuple[list[BoundSymbol], AliasInfo]:
@@ -231,14 +232,14 @@ def refuse_running_stats_with_grad(trace: TraceCtx, diff: set[str]) -> None:
     """Refuse training-mode ``batch_norm`` whose running mean or variance carries a gradient.
 
     That happens once a differentiable value is copied into a running statistic
-    (``rm.copy_(x.sum(0))``).  Eager raises ("native_batch_norm is not differentiable with
+    (``rm.copy_(x.sum(0))``).  With grad enabled, eager raises ("native_batch_norm is not differentiable with
     respect to argument 'running_mean'"); Thunder would compute something, silently.
     """
     import thunder.torch as ltorch
 
     for bsym in strip_barriers(trace.bound_symbols)[0]:
-        if bsym.sym.id != ltorch.batch_norm.id:
-            continue
+        if bsym.sym.id != ltorch.batch_norm.id or _without_grad(bsym, effect_of(bsym)):
+            continue  # eager refuses only with grad enabled
         args = list(bsym.args) + [None] * 8
         stats = {"running_mean": bsym.kwargs.get("running_mean", args[1]), "running_var": bsym.kwargs.get("running_var", args[2])}
         training = bsym.kwargs.get("training", args[5])
@@ -265,15 +266,19 @@ def _returned_outputs(bsyms: Sequence[BoundSymbol]) -> list[TensorProxy]:
     return [p for p in tree_flatten(value)[0] if isinstance(p, TensorProxy)]
 
 
-def refuse_written_grad_inputs(trace: TraceCtx, stripped: tuple[list[BoundSymbol], AliasInfo] | None = None) -> None:
-    """Class 9: refuse a write to an input that requires grad when an output depends on that input.
+def refuse_written_grad_inputs(
+    trace: TraceCtx, stripped: tuple[list[BoundSymbol], AliasInfo] | None = None, *, independent: bool = False
+) -> None:
+    """Class 9: refuse a write with grad enabled to an input that requires grad.
 
     Thunder treats a written input as a gradient sink: the call returns outputs without the
     history that leads back to it (``t = x + 1; x.add_(1); return t`` returns a ``t`` that does
-    not require grad), where eager gives the caller's tensor a gradient.  An output that does
-    not depend on the written input keeps its gradients, so that case is let through, and so is
-    a write made with grad disabled (``torch.no_grad()``): it has no history to give, and later
-    reads differentiate into the input as in eager (the barrier pass's straight-through barrier).
+    not require grad), where eager gives the caller's tensor a gradient.  Where no output
+    depends on the input, the caller's tensor itself still lacks the write's history (and on a
+    leaf eager refuses the write).  A write made with grad disabled (``torch.no_grad()``) is let
+    through: it has no history to give, and later reads differentiate into the input as in eager
+    (the barrier pass's straight-through barrier).  ``independent`` also refuses the writes no
+    output depends on (checked last, after the more specific refusals of writes through views).
     """
     grad_inputs = [a for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad]
     if not grad_inputs:
@@ -297,7 +302,21 @@ def refuse_written_grad_inputs(trace: TraceCtx, stripped: tuple[list[BoundSymbol
             if not is_return(b) and any(p.name in reach for p in b.flat_proxy_args):
                 reach.update(p.name for p in b.flat_proxy_outs)
         hit = next((o for o in outputs if o.name in reach), None)
-        if hit is not None:
+        if hit is None and not independent:
+            continue
+        if hit is None:
+            # No output depends on it, but the caller's tensor itself would keep its old history:
+            # a gradient taken through it later misses the write's (eager refuses the write on a
+            # leaf, and records it on any other tensor).
+            raise GradInputWriteError(
+                f"the function writes in place to the input `{x.name}`, which requires grad, with grad "
+                "enabled. Thunder cannot give the caller's tensor the autograd history of the write: a gradient "
+                "taken through it after the call would silently miss the write's (eager records it, and refuses "
+                f"the write outright on a leaf). Clone the input before writing to it (`{x.name} = "
+                f"{x.name}.clone()`), write under `torch.no_grad()`, or write outside the compiled function",
+                write,
+            )
+        else:
             raise GradInputWriteError(
                 f"the function writes in place to the input `{x.name}`, which requires grad, and the output "
                 f"`{hit.name}` depends on it. Thunder cannot give the caller's tensor the autograd history of the "

@@ -34,10 +34,11 @@ from thunder_ext.functionalize import InputPolicy
 from thunder_ext.final_barriers import BarrierRemovalReport, count_barriers, remove_final_barriers
 from thunder_ext.input_aliases import aliased_inputs, guard_substituted_aliases
 from thunder_ext.integration import install_barrier_stage, reports_for
+from thunder_ext.overlap import refuse_overlapping_sources
 from thunder_ext.logs import log_refusal, log_removal, log_report
 from thunder_ext.reinplace import fold_copies, reinplace, reinplace_inputs
 from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients
-from thunder_ext.remat_guard import has_nvfuser
+from thunder_ext.remat_guard import has_nvfuser, has_torch_compile
 from thunder_ext.validation import require_bool
 
 
@@ -58,8 +59,10 @@ class InplaceBarrierTransform(thunder.Transform):
         aliased = aliased_inputs(computation_trace)
         diff = differentiable_names(computation_trace)
         cd = get_compile_data()
-        nvfuser = has_nvfuser(getattr(cd, "executors_list", None) if cd is not None else None)
+        executors = getattr(cd, "executors_list", None) if cd is not None else None
+        nvfuser = has_nvfuser(executors)
         try:
+            overlaps = refuse_overlapping_sources(computation_trace, inductor=has_torch_compile(executors))
             new, report = place_barriers(
                 computation_trace,
                 comment=self.comment,
@@ -82,7 +85,7 @@ class InplaceBarrierTransform(thunder.Transform):
             assert_valid(new, stage="before autodiff", aliased_inputs=aliased)
         if cd is not None:
             reports = reports_for(cd)
-            reports.before_autodiff, reports.aliased_inputs = report, aliased
+            reports.before_autodiff, reports.aliased_inputs, reports.overlaps = report, aliased, overlaps
         return guard_substituted_aliases(prologue_trace, computation_trace), new, epilogue_trace
 
     def transform_trace_post_optimization(self, computation_trace: TraceCtx, **kwargs) -> TraceCtx:

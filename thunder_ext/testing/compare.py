@@ -131,25 +131,46 @@ def _cotangent_loss(outputs) -> torch.Tensor | None:
     return sum(terms) if terms else None
 
 
+def _total(received: list):
+    """The gradients a hook received, summed (None when none came, or only None)."""
+    grads = [g for g in received if g is not None]
+    return sum(grads[1:], grads[0]) if grads else None
+
+
 def execute(fn: Callable, args: Sequence, state: dict) -> Outcome:
     """Call ``fn`` on ``args`` and record outputs, final inputs, state and grads."""
     out = Outcome()
     # Gradients are compared for the inputs that require grad *before* the call: an in-place
     # copy from a differentiable tensor gives an input autograd history in eager only.
     leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    # A non-leaf input (``leaf * 1``) stands for a tensor the caller's graph made: what reaches
+    # the caller's leaves is the gradient of its value *at the call*, which a hook registered
+    # now receives even after in-place writes (``retain_grad`` follows them to the last version,
+    # which is compared too: the caller may differentiate through that one later).
+    at_call: list[list] = []
+    non_leaves = [a for a in leaves if a.grad_fn is not None]
+    versions = [a._version for a in non_leaves]
     for a in leaves:
-        if a.grad_fn is not None:  # a non-leaf input (``leaf * 1``): keep its gradient to compare
+        if a.grad_fn is not None:
             a.retain_grad()
+            received: list = []
+            a.register_hook(received.append)
+            at_call.append(received)
     try:
         outputs = fn(*args)
         out.after_call = [
             a.detach().clone() if isinstance(a, torch.Tensor) else a for a in (*args, *state.values())
         ]
-        loss = _cotangent_loss(outputs)
+        # The caller may differentiate through its own tensors after the call: a non-leaf input
+        # written in place carries the write's history in eager, so those join the loss, after
+        # the outputs (whose cotangents stay the same).  Not the others: their term would hide
+        # the difference between a None and a zero gradient that the outputs give them.
+        written = [a for a, v in zip(non_leaves, versions) if a._version != v]
+        loss = _cotangent_loss((outputs, written))
         if loss is not None and leaves:
             loss.backward()
         out.outputs = torch.utils._pytree.tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, outputs)
-        out.grads = [a.grad for a in leaves]
+        out.grads = [a.grad for a in leaves] + [_total(r) for r in at_call]
     except Exception as e:  # the verdict classifies it
         out.error = e
     out.inputs = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
