@@ -1164,3 +1164,42 @@ def test_write_with_grad_to_grad_input_nothing_returned_reads_is_refused(leaf):
                            configs=(*CONFIGS, *TORCH_COMPILE)).cells
     assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
     assert all("GradInputWriteError" in c.detail for c in cells), "\n".join(map(str, cells))
+
+
+def backward_reads_an_input_written_through_a_reshape(a, b):
+    t0 = a * b  # the backward reads b (a's gradient)
+    t1 = b.reshape(3, 4)
+    t2 = t1 * t1
+    t1.mul_(-0.5)  # eager's version counter refuses the backward
+    t3 = t0.neg()
+    return (t0,)
+
+
+def test_backward_barrier_stays_out_of_the_forward_torch_compile():
+    """``UnboundLocalError`` with torch_compile_ex, dataflow, grad (soak seed 14000, --rotate): the
+    joint trace's return read, in ``flat_args``, the output of the barrier placed for the backward
+    read of ``b``; the split pulled that barrier, and the backward region it fused with, into the
+    forward. Now the forward values match eager's, as in the other cells (eager refuses the backward)."""
+    assert_matches_eager(backward_reads_an_input_written_through_a_reshape,
+                         lambda g: (_x(g) * 1, _x(False)), configs=(*CONFIGS, *TORCH_COMPILE))
+
+
+# -- soak seed 14000 (--rotate): refusals where plain Thunder is right ---------------------------
+
+
+def running_var_after_a_thunder_barrier(a, rm, rv):
+    rv.copy_(rm)
+    t1 = F.batch_norm(a, rm, rv, training=True, momentum=0.1)
+    t2 = F.batch_norm(t1, rm, rv, training=True, momentum=0.1)
+    with torch.no_grad():
+        rv.mul_(0.9).add_(a.mean(0), alpha=0.1)  # no gradient reaches rv
+    t1[0] = rv  # Thunder's own barrier then renames rv together with t1, which carries one
+    t3 = F.batch_norm(t2, rm, rv, training=True, momentum=0.1)
+    return (rm, t3.neg())
+
+
+def test_barrier_member_does_not_take_its_neighbours_gradient():
+    """Was ``RunningStatsGradError``: ``differentiable_names`` gave every output of Thunder's
+    ``update_aliases`` a gradient when any member had one; it passes each member through."""
+    assert_matches_eager(running_var_after_a_thunder_barrier, lambda g: (_x(g), *_stats()),
+                         configs=(*CONFIGS, *TORCH_COMPILE))

@@ -321,6 +321,8 @@ class _Placer:
         self.version_proxy: dict[str, TensorProxy] = {}
         self.next_version: dict[str, tuple[str, BoundSymbol | None]] = {}  # version -> (next, stale-making write)
         self.made_by_barrier: set[str] = set()
+        # A backward barrier's output -> the version it renamed: the forward never reads one.
+        self.backward_renamed: dict[str, TensorProxy] = {}
         # (group, trigger) -> where the next such access starts a new region (torch.compile)
         self.region_ends: dict[tuple[str, str], _RegionEnd] = {}
         # Since the last region end: name -> input groups whose reads it derives from, and
@@ -446,6 +448,8 @@ class _Placer:
             cur = self.renamed(bsym)
             if is_return(bsym) and self.straight_versions:
                 cur = self.keep_grad_inputs(cur)
+            if is_return(bsym) and self.backward_renamed:
+                cur = self.forward_flat_args(cur)
             my_anc = self.ancestry(cur)
             if is_return(bsym):
                 self.check_inputs_reached(my_anc)
@@ -860,6 +864,26 @@ class _Placer:
         ]
         return cur.from_bsym(args=({**now, "flat_args": flat}, *cur.args[1:]))
 
+    def forward_flat_args(self, cur: BoundSymbol) -> BoundSymbol:
+        """The joint trace's return keeps, in ``flat_args``, the forward's version of each input.
+
+        A barrier placed for a backward read is backward; were the forward's return to read its
+        output, the forward/backward split would pull it (and the backward region it fuses with,
+        under ``torch_compile_ex``) into the forward.  ``flat_args`` orders nothing: Thunder
+        unwraps the return and drops it.
+        """
+        now = cur.args[0] if cur.args else None
+        if not isinstance(now, dict) or "flat_args" not in now:
+            return cur
+
+        def forward(c):
+            while isinstance(c, TensorProxy) and c.name in self.backward_renamed:
+                c = self.backward_renamed[c.name]
+            return c
+
+        flat = [forward(c) for c in now["flat_args"]]
+        return cur.from_bsym(args=({**now, "flat_args": flat}, *cur.args[1:]))
+
     def order_write(self, g: str, bsym: BoundSymbol, effect, my_anc: int, plan: _Plan) -> None:
         """WAR/WAW: every access to ``g`` since its last write must reach this write."""
         unreached = [(wit, who) for bit, wit, who in self.epoch.get(g, ()) if not (my_anc >> bit) & 1]
@@ -991,8 +1015,11 @@ class _Placer:
         cut = cut and pin and self.options.symbols.inductor
         if cut:  # a new torch.compile region starts after this barrier
             self.cut_origin, self.region_inputs_used, self.region_written = {}, {}, set()
+        backward = has_tags(before, {BoundSymbolTag.BACKWARD})
         for (v, cause), new in zip(plan.rename.values(), outs):
             self.bump(v, new, cause)
+            if backward:
+                self.backward_renamed[new.name] = v
             if v.name in self.grad_versions:  # a barrier's output carries what its input carries
                 self.grad_versions.add(new.name)
             if cut:

@@ -40,7 +40,7 @@ from thunder_ext.errors import (
     SavedTensorMutationError,
     ViewGradientError,
 )
-from thunder_ext.op_kinds import copies_without_grad, effect_of, is_copy, is_return, tensor_args, tensor_outs, writes_with_grad
+from thunder_ext.op_kinds import copies_without_grad, effect_of, is_barrier, is_copy, is_return, tensor_args, tensor_outs, writes_with_grad
 
 
 def refuse_unsupported_gradients(
@@ -103,6 +103,11 @@ def differentiable_names(trace: TraceCtx) -> set[str]:
         # set_grad_enabled markers).  The tensor it writes keeps its own history, as in eager
         # (the barrier pass's straight-through barrier), so its output stays differentiable.
         if str(bsym.sym.id).endswith("_like"):
+            continue
+        if is_barrier(bsym):
+            # update_aliases passes each member through: its output k is input k's new version.
+            ins, outs = tensor_args(bsym), tensor_outs(bsym)
+            names.update(o.name for i, o in zip(ins, outs) if i.name in names)
             continue
         if copies_without_grad(bsym):
             effect = effect_of(bsym)
