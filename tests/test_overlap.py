@@ -81,7 +81,17 @@ def setitem_between_disjoint_rows(a):
     return (a,)
 
 
+def lerp_between_two_reshapes_of_one_view(a):
+    t0 = a.view(-1)
+    t1 = t0.reshape(3, 4)  # ltorch.reshape(t0, 3, 4): torch.reshape takes no varargs, Tensor.reshape does
+    t3 = t0.reshape(3, 4)
+    with torch.no_grad():
+        t3.lerp_(t1, 0.1)  # the same elements at the same positions (soak seed 14000)
+    return (a.sin(),)
+
+
 ANSWERED = [
+    lerp_between_two_reshapes_of_one_view,
     index_copy_between_disjoint_rows,
     add_of_itself,
     add_between_disjoint_rows,

@@ -75,10 +75,11 @@ class OverlapReport:
 
 @functools.cache
 def _torch_view_fns() -> dict:
-    """Thunder symbol id -> a PyTorch function that computes it, from Thunder's own table."""
+    """Thunder symbol id -> the PyTorch functions that compute it, from Thunder's own table
+    (``torch.reshape`` and ``Tensor.reshape`` take their shapes differently: each is tried)."""
     table: dict = {}
     for torch_fn, sym in ltorch._torch_to_thunder_function_map.items():
-        table.setdefault(getattr(sym, "id", None), torch_fn)
+        table.setdefault(getattr(sym, "id", None), []).append(torch_fn)
     return table
 
 
@@ -137,9 +138,13 @@ class _Elements:
             return p.name, torch.arange(numel).reshape(tuple(int(s) for s in p.shape))
         if effect_of(b).writes or origin_ids(b) & {prims.PrimIDs.SHALLOW_COPY}:
             return self.of(aliased)  # a write's output is its destination; shallow_copy is the same elements
-        fn = _torch_view_fns().get(b.sym.id)
+        # Thunder's table maps some torch functions to plain wrappers (``reshape``), not to the
+        # symbol: those are found by the name the symbol shares with its torch function.
+        fns = _torch_view_fns().get(b.sym.id) or [
+            f for f in (getattr(torch.Tensor, str(b.sym.name), None), getattr(torch, str(b.sym.name), None)) if f
+        ]
         base = self.of(aliased)
-        if fn is None or base is None:
+        if not fns or base is None:
             return None
         unknown = object()
 
@@ -151,15 +156,23 @@ class _Elements:
         args, kwargs = tree_map(swap, (b.args, b.kwargs))
         if any(x is unknown for x in tree_flatten((args, kwargs))[0]):
             return None
-        try:
-            out = fn(*args, **kwargs)
-        except Exception:  # a view the replay does not cover: unknown, hence refused
+        out = None
+        for fn in fns:
+            try:
+                out = fn(*args, **kwargs)
+                break
+            except Exception:  # this spelling does not take these arguments; try the next
+                continue
+        if out is None:  # a view the replay does not cover: unknown, hence refused
             return None
         outs = [o for o in b.flat_proxy_outs if isinstance(o, TensorProxy)]
         results = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
         if len(results) != len(outs):
             return None
-        return base[0], results[next(k for k, o in enumerate(outs) if o.name == p.name)]
+        result = results[next(k for k, o in enumerate(outs) if o.name == p.name)]
+        if tuple(result.shape) != tuple(int(x) for x in p.shape):
+            return None  # not the view the trace made: unknown
+        return base[0], result
 
 
 def _destination(bsym: BoundSymbol, elements: _Elements, dst: TensorProxy):
