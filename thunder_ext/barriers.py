@@ -847,22 +847,18 @@ class _Placer:
         a newer version there would get none (plain Thunder's gradient sink).  Ordering the
         write before the return is then the fusion-stage pass's job, as for a dropped witness.
         """
-        now = cur.args[0] if cur.args else None
-        if not isinstance(now, dict) or "flat_args" not in now:
-            return cur
         # The input each straight-through version is the newest version of (Thunder's own alias
         # pass already renamed flat_args to the write's output, so the name is found this way).
         newest = {}
         for x in self.inputs:
             if x in self.proxies:
                 newest.setdefault(self.current(self.proxies[x]).name, []).append(self.proxies[x])
-        flat = [
-            newest[c.name][0]
+        return _map_flat_args(
+            cur,
+            lambda c: newest[c.name][0]
             if isinstance(c, TensorProxy) and c.name in self.straight_versions and len(newest.get(c.name, ())) == 1
-            else c
-            for c in now["flat_args"]
-        ]
-        return cur.from_bsym(args=({**now, "flat_args": flat}, *cur.args[1:]))
+            else c,
+        )
 
     def forward_flat_args(self, cur: BoundSymbol) -> BoundSymbol:
         """The joint trace's return keeps, in ``flat_args``, the forward's version of each input.
@@ -872,17 +868,13 @@ class _Placer:
         under ``torch_compile_ex``) into the forward.  ``flat_args`` orders nothing: Thunder
         unwraps the return and drops it.
         """
-        now = cur.args[0] if cur.args else None
-        if not isinstance(now, dict) or "flat_args" not in now:
-            return cur
 
         def forward(c):
             while isinstance(c, TensorProxy) and c.name in self.backward_renamed:
                 c = self.backward_renamed[c.name]
             return c
 
-        flat = [forward(c) for c in now["flat_args"]]
-        return cur.from_bsym(args=({**now, "flat_args": flat}, *cur.args[1:]))
+        return _map_flat_args(cur, forward)
 
     def order_write(self, g: str, bsym: BoundSymbol, effect, my_anc: int, plan: _Plan) -> None:
         """WAR/WAW: every access to ``g`` since its last write must reach this write."""
@@ -1059,6 +1051,14 @@ class _Placer:
             bsym.tags.add(BoundSymbolTag.BACKWARD)
         self.report.barriers.append(BarrierRecord(list(reasons), before))
         return bsym, outs[: len(members)]
+
+
+def _map_flat_args(ret: BoundSymbol, f) -> BoundSymbol:
+    """``ret`` (Thunder's wrapped return) with ``f`` applied to each entry of its ``flat_args``."""
+    now = ret.args[0] if ret.args else None
+    if not isinstance(now, dict) or "flat_args" not in now:
+        return ret
+    return ret.from_bsym(args=({**now, "flat_args": [f(c) for c in now["flat_args"]]}, *ret.args[1:]))
 
 
 def place_barriers(

@@ -45,7 +45,7 @@ from thunder.core.pytree import tree_flatten, tree_map
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 
-from thunder_ext.alias_analysis import AliasInfo, input_names, storage_groups
+from thunder_ext.alias_analysis import AliasInfo
 from thunder_ext.errors import OverlappingSourceError
 from thunder_ext.op_kinds import effect_of, is_copy, is_copy_composite, is_return, origin_ids, tensor_args
 
@@ -273,20 +273,26 @@ KEPT_IN_PLACE = {
 
 
 def refuse_overlapping_sources(
-    trace: TraceCtx, *, inductor: bool = False, report: OverlapReport | None = None
+    trace: TraceCtx,
+    *,
+    inductor: bool = False,
+    stripped: tuple[list[BoundSymbol], AliasInfo] | None = None,
+    report: OverlapReport | None = None,
 ) -> OverlapReport:
     """Raise :class:`OverlappingSourceError` for an in-place op whose source overlaps what it writes.
 
     A ``copy_`` or ``setitem_`` is kept in place by the functionalization pass
     (:func:`thunder_ext.functionalize.functionalize`), and is not refused where
     :data:`KEPT_IN_PLACE` says the executor's copy then reads its source as eager's does;
-    ``inductor`` says ``torch_compile_ex`` claims the trace.
+    ``inductor`` says ``torch_compile_ex`` claims the trace; ``stripped`` is
+    :func:`thunder_ext.refusals.stripped_storage` of ``trace``, where the caller has it already.
     """
-    from thunder_ext.barriers import strip_barriers  # the barrier pass imports this module
+    if stripped is None:
+        from thunder_ext.refusals import stripped_storage  # it imports the barrier pass, which imports this
 
+        stripped = stripped_storage(trace)
     report = report if report is not None else OverlapReport()
-    bsyms = strip_barriers(trace.bound_symbols)[0]
-    info = storage_groups(bsyms, input_names(trace))
+    bsyms, info = stripped
     observable = info.input_groups
     for o in find_overlaps(bsyms, info, report):
         if KEPT_IN_PLACE.get((_copy_kind(o.bsym), info.group_of(o.dst) in observable, inductor), False):

@@ -44,20 +44,30 @@ from thunder_ext.op_kinds import copies_without_grad, effect_of, is_barrier, is_
 
 
 def refuse_unsupported_gradients(
-    before: TraceCtx, after: TraceCtx, report: BarrierReport, diff: set[str], *, nvfuser_may_run: bool = False
+    before: TraceCtx,
+    after: TraceCtx,
+    report: BarrierReport,
+    diff: set[str],
+    *,
+    nvfuser_may_run: bool = False,
+    stripped: tuple[list[BoundSymbol], AliasInfo] | None = None,
 ) -> None:
-    """Raise for the first unsupported construct; ``after`` is the barrier pass's output for ``before``."""
+    """Raise for the first unsupported construct; ``after`` is the barrier pass's output for ``before``.
+
+    ``stripped``: :func:`stripped_storage` of ``before``, where the caller has it already.
+    """
     refuse_view_gradients(report, diff)
     refuse_returned_input_with_new_history(after, diff)
-    stripped = _stripped_storage(before)  # the class-9 checks and the overwrite check read the same analysis
+    stripped = stripped or stripped_storage(before)  # the class-9 checks and the overwrite check read it
     refuse_gradless_overwrite(before, diff, stripped)
-    refuse_written_grad_inputs(before, stripped)
+    independent = refuse_written_grad_inputs(before, stripped)
     refuse_running_stats_with_grad(before, diff)
     refuse_writes_through_grad_input_views(before, stripped, nvfuser_may_run=nvfuser_may_run)
-    refuse_written_grad_inputs(before, stripped, independent=True)
+    if independent is not None:  # after the more specific refusal of writes through views
+        raise independent
 
 
-def _stripped_storage(trace: TraceCtx) -> tuple[list[BoundSymbol], AliasInfo]:
+def stripped_storage(trace: TraceCtx) -> tuple[list[BoundSymbol], AliasInfo]:
     """The trace's bsyms with Thunder's own barriers stripped, and their alias analysis."""
     bsyms = strip_barriers(trace.bound_symbols)[0]
     return bsyms, storage_groups(bsyms, input_names(trace))
@@ -167,7 +177,7 @@ def refuse_gradless_overwrite(
     let through.
     """
     # Without barriers, every proxy has its traced name, which is what ``diff`` knows.
-    bsyms, info = stripped or _stripped_storage(trace)
+    bsyms, info = stripped or stripped_storage(trace)
     whole = set(info.inputs)  # inputs and the outputs of in-place ops on a whole input: the caller's tensor
     for i, bsym in enumerate(bsyms):
         effect = effect_of(bsym)
@@ -272,8 +282,8 @@ def _returned_outputs(bsyms: Sequence[BoundSymbol]) -> list[TensorProxy]:
 
 
 def refuse_written_grad_inputs(
-    trace: TraceCtx, stripped: tuple[list[BoundSymbol], AliasInfo] | None = None, *, independent: bool = False
-) -> None:
+    trace: TraceCtx, stripped: tuple[list[BoundSymbol], AliasInfo] | None = None
+) -> GradInputWriteError | None:
     """Class 9: refuse a write with grad enabled to an input that requires grad.
 
     Thunder treats a written input as a gradient sink: the call returns outputs without the
@@ -282,13 +292,17 @@ def refuse_written_grad_inputs(
     depends on the input, the caller's tensor itself still lacks the write's history (and on a
     leaf eager refuses the write).  A write made with grad disabled (``torch.no_grad()``) is let
     through: it has no history to give, and later reads differentiate into the input as in eager
-    (the barrier pass's straight-through barrier).  ``independent`` also refuses the writes no
-    output depends on (checked last, after the more specific refusals of writes through views).
+    (the barrier pass's straight-through barrier).
+
+    Raises where an output depends on the written input; the refusal of a write no output
+    depends on is returned instead, for the caller to raise after the more specific refusals
+    (:func:`refuse_writes_through_grad_input_views`).
     """
     grad_inputs = [a for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad]
     if not grad_inputs:
-        return
-    bsyms, info = stripped or _stripped_storage(trace)
+        return None
+    independent = None
+    bsyms, info = stripped or stripped_storage(trace)
     outputs = _returned_outputs(bsyms)
     for x in grad_inputs:
         write = next(
@@ -307,13 +321,11 @@ def refuse_written_grad_inputs(
             if not is_return(b) and any(p.name in reach for p in b.flat_proxy_args):
                 reach.update(p.name for p in b.flat_proxy_outs)
         hit = next((o for o in outputs if o.name in reach), None)
-        if hit is None and not independent:
-            continue
-        if hit is None:
+        if hit is None and independent is None:
             # No output depends on it, but the caller's tensor itself would keep its old history:
             # a gradient taken through it later misses the write's (eager refuses the write on a
             # leaf, and records it on any other tensor).
-            raise GradInputWriteError(
+            independent = GradInputWriteError(
                 f"the function writes in place to the input `{x.name}`, which requires grad, with grad "
                 "enabled. Thunder cannot give the caller's tensor the autograd history of the write: a gradient "
                 "taken through it after the call would silently miss the write's (eager records it, and refuses "
@@ -321,7 +333,7 @@ def refuse_written_grad_inputs(
                 f"{x.name}.clone()`), write under `torch.no_grad()`, or write outside the compiled function",
                 write,
             )
-        else:
+        elif hit is not None:
             raise GradInputWriteError(
                 f"the function writes in place to the input `{x.name}`, which requires grad, and the output "
                 f"`{hit.name}` depends on it. Thunder cannot give the caller's tensor the autograd history of the "
@@ -330,6 +342,7 @@ def refuse_written_grad_inputs(
                 write,
                 trace.bound_symbols[-1],
             )
+    return independent
 
 
 def refuse_writes_through_grad_input_views(
@@ -351,7 +364,7 @@ def refuse_writes_through_grad_input_views(
     grad_inputs = [a for a in grad_inputs if not (nvfuser_may_run and a.device.type == "cuda")]
     if not grad_inputs:
         return
-    bsyms, info = stripped or _stripped_storage(trace)
+    bsyms, info = stripped or stripped_storage(trace)
     by_group = {info.group_of(a): a for a in grad_inputs}
     itself = {a.name for a in grad_inputs}  # names bound to the input tensor itself at run time
     for bsym, effect in zip(bsyms, info.effects):

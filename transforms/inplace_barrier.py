@@ -37,7 +37,7 @@ from thunder_ext.integration import install_barrier_stage, reports_for
 from thunder_ext.overlap import refuse_overlapping_sources
 from thunder_ext.logs import log_refusal, log_removal, log_report
 from thunder_ext.reinplace import fold_copies, reinplace, reinplace_inputs
-from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients
+from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients, stripped_storage
 from thunder_ext.remat_guard import has_nvfuser, has_torch_compile
 from thunder_ext.validation import require_bool
 
@@ -62,7 +62,10 @@ class InplaceBarrierTransform(thunder.Transform):
         executors = getattr(cd, "executors_list", None) if cd is not None else None
         nvfuser = has_nvfuser(executors)
         try:
-            overlaps = refuse_overlapping_sources(computation_trace, inductor=has_torch_compile(executors))
+            # Thunder's barriers stripped, and their storage groups: the overlap check and the
+            # gradient refusals read the same analysis of the trace.
+            stripped = stripped_storage(computation_trace)
+            overlaps = refuse_overlapping_sources(computation_trace, inductor=has_torch_compile(executors), stripped=stripped)
             new, report = place_barriers(
                 computation_trace,
                 comment=self.comment,
@@ -72,7 +75,9 @@ class InplaceBarrierTransform(thunder.Transform):
                 functional_inputs=InputPolicy(enabled=True),
             )
             if diff:
-                refuse_unsupported_gradients(computation_trace, new, report, diff, nvfuser_may_run=nvfuser)
+                refuse_unsupported_gradients(
+                    computation_trace, new, report, diff, nvfuser_may_run=nvfuser, stripped=stripped
+                )
         except InplaceOrderingError as e:
             log_refusal("before autodiff", e)
             raise

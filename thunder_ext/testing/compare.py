@@ -150,12 +150,11 @@ def execute(fn: Callable, args: Sequence, state: dict) -> Outcome:
     at_call: list[list] = []
     non_leaves = [a for a in leaves if a.grad_fn is not None]
     versions = [a._version for a in non_leaves]
-    for a in leaves:
-        if a.grad_fn is not None:
-            a.retain_grad()
-            received: list = []
-            a.register_hook(received.append)
-            at_call.append(received)
+    for a in non_leaves:
+        a.retain_grad()
+        received: list = []
+        a.register_hook(received.append)
+        at_call.append(received)
     try:
         outputs = fn(*args)
         out.after_call = [
