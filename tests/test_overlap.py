@@ -2,9 +2,11 @@
 
 Eager reads such a source as its kernel goes, so the answer depends on the kernel's visiting
 order; Thunder reads it first.  The transform refuses those ops, except a plain ``copy_``,
-whose storage stays in place, where Thunder's ``copy_`` reads as eager's does.  Disjoint
-views of one tensor, and a source at the same positions (``a.add_(a)``), are not refused.
-Each program is judged against eager and plain Thunder by the fuzzer's verdict rule.
+whose storage stays in place, where Thunder's ``copy_`` reads as eager's does, and an
+``index_copy_`` or ``index_add_`` without gradients, which is written one index entry at a
+time, in eager's order (thunder_ext.index_order).  Disjoint views of one tensor, and a source
+at the same positions (``a.add_(a)``), are not refused.  Each program is judged against eager
+and plain Thunder by the fuzzer's verdict rule.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 from thunder_ext.testing.fuzzing import CONFIGS, judge_function
 
 CELLS = (*CONFIGS, *(replace(c, executors="torch_compile") for c in CONFIGS))
+FX_CELLS = tuple(replace(c, entry="thunderfx") for c in CELLS)
 IDX = (1, 0)
 
 
@@ -49,10 +52,20 @@ def setitem_from_columns_shifted_by_one(a):
     return (a,)
 
 
+def index_copy_from_columns_shifted_by_one(a):
+    a[:, 1:].index_copy_(0, torch.tensor(IDX), a[:2, :2])  # one entry's row overlaps a row at other positions
+    return (a,)
+
+
+def scatter_from_a_strided_view(a):
+    a[1:].scatter_(0, torch.tensor([[1, 0, 1], [0, 1, 0]]), a[::2])  # not split: no documented order
+    return (a,)
+
+
 REFUSED = [
-    index_copy_from_a_strided_view_it_overwrites,
-    index_add_from_a_strided_view,
     add_from_columns_shifted_by_one,
+    index_copy_from_columns_shifted_by_one,
+    scatter_from_a_strided_view,
 ]
 
 
@@ -90,7 +103,17 @@ def lerp_between_two_reshapes_of_one_view(a):
     return (a.sin(),)
 
 
+def index_copy_reading_rows_it_wrote(a):
+    """Entry 0 writes row 2 of ``a``, which entry 1 then reads as ``a[::2][1]``: plain Thunder
+    reads it first, and is wrong."""
+    a[1:].index_copy_(0, torch.tensor([1, 0]), a[::2])
+    return (a,)
+
+
 ANSWERED = [
+    index_copy_from_a_strided_view_it_overwrites,
+    index_add_from_a_strided_view,
+    index_copy_reading_rows_it_wrote,
     lerp_between_two_reshapes_of_one_view,
     index_copy_between_disjoint_rows,
     add_of_itself,
@@ -119,6 +142,58 @@ def test_disjoint_or_in_place_overlap_is_answered(fn):
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
 
 
+@pytest.mark.parametrize("order", [(0, 1, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)])
+def test_index_writes_are_split_in_eager_order(order):
+    """Every order of three entries over a 5-row tensor, where plain Thunder is right or wrong."""
+
+    def fn(a):
+        a[1:].index_add_(0, torch.tensor(order), a[::2])
+        a[1:].index_copy_(0, torch.tensor(order), a[::2] * 1 + a[::2])  # the source is a value: not split
+        a[:, :2].t().index_copy_(1, torch.tensor(order), a[::2, :2].t())  # along dim 1 of transposed views
+        return (a,)
+
+    cells = judge_function(fn, lambda g: (torch.randn(5, 3),), grad_modes=(False,), configs=CELLS).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+@pytest.mark.parametrize("fn", [index_copy_reading_rows_it_wrote, index_add_from_a_strided_view])
+def test_index_writes_are_split_through_thunderfx(fn):
+    cells = judge_function(fn, lambda g: (_a(g),), grad_modes=(False,), configs=FX_CELLS).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+def _non_leaf(grad: bool) -> torch.Tensor:
+    x = torch.randn(4, 3, requires_grad=grad)
+    return x * 1 if grad else x
+
+
+@pytest.mark.parametrize("fn", [index_copy_from_a_strided_view_it_overwrites, index_add_from_a_strided_view])
+def test_index_write_with_gradients_is_not_split(fn):
+    """Eager's backward reads the source as it was before the op, its forward as the kernel goes:
+    one functional program cannot give both, so a split write with gradients is refused."""
+    cells = judge_function(fn, lambda g: (_non_leaf(g),), grad_modes=(True,), configs=CELLS).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    assert all("OverlappingSourceError" in c.detail for c in cells), "\n".join(map(str, cells))
+
+
+def test_split_is_reported_and_each_entry_is_one_write():
+    import thunder
+
+    from thunder_ext import InplaceBarrierTransform, last_reports
+
+    jf = thunder.jit(index_add_from_a_strided_view, transforms=[InplaceBarrierTransform()])
+    a = torch.randn(4, 3)
+    expected = a.clone()
+    index_add_from_a_strided_view(expected)
+    jf(a, )
+    assert torch.equal(a, expected)
+    split = last_reports(jf)[-1].overlaps.split
+    assert split.split == [f"index_add_ of {split.split[0].split()[2]} into {len(IDX)} entries"]
+    final = thunder.last_traces(jf)[-1]
+    adds = [b for b in final.bound_symbols if "index_add" in str(b.sym.name)]
+    assert len(adds) == len(IDX)
+
+
 @pytest.mark.parametrize(
     "fn, refused_with",
     [(private_copy_from_columns_shifted_by_one, "torch_compile"), (setitem_from_columns_shifted_by_one, "default")],
@@ -137,11 +212,11 @@ def test_refusal_names_the_op_the_source_and_the_line():
 
     from thunder_ext import InplaceBarrierTransform, OverlappingSourceError
 
-    jf = thunder.jit(index_add_from_a_strided_view, transforms=[InplaceBarrierTransform()])
+    jf = thunder.jit(scatter_from_a_strided_view, transforms=[InplaceBarrierTransform()])
     with pytest.raises(OverlappingSourceError) as e:
         jf(torch.randn(4, 3))
     message = str(e.value)
-    assert "index_add_" in message and ".clone()" in message
+    assert "scatter_" in message and ".clone()" in message
     assert "test_overlap.py" in message  # the user's source line
 
 

@@ -35,6 +35,19 @@ executors do not include nvFuser (at the fusion stage of a CPU run).
 Pure view creation (``x[0]``, ``expand``, ...) reads no data and is not an access; a
 ``reshape`` that may copy is.  Barriers, stripped in step 1, are never accesses.
 
+Worked example (``insert_barriers`` on the trace of ``v = a[0]; a.mul_(2); return v + 1``,
+subsymbols left out)::
+
+    before                                  after
+    v = ltorch.getitem(a, 0)                v = ltorch.getitem(a, 0)
+    t3 = ltorch.mul_(a, 2)                  t3 = ltorch.mul_(a, 2)
+    t4 = ltorch.add(v, 1, alpha=1)          # thunder_ext: RAW: `t3 = mul_` (f.py:2) before `t4 = add` (f.py:3)
+    return (t4,)                            (t30, t31) = prims.update_aliases((v, t3))
+                                            t4 = ltorch.add(t30, 1, alpha=1)
+                                            return (t4,)
+
+``v`` is a view of ``a``: nothing but the barrier makes ``add`` read it after the write.
+
 The pass reads the input trace and never mutates it: new bsyms are made with
 ``from_bsym``/``from_bsym_swap_proxies``, and subsymbols are copied before Thunder's
 ``dce`` (which edits subsymbols in place) sees them.

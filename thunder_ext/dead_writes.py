@@ -12,6 +12,17 @@ read of written storage consumes the write's output, directly or through a barri
 * Roots: the return; every write to storage an input reaches (never removed); every bsym
   tagged ``DONT_DCE`` that is not a write (side effects we do not understand).
 * A write is dead when it is not a root and none of its outputs is needed by a live bsym.
+
+Worked example (the barrier pass on ``t = a.exp(); t.mul_(2); return a.sin()``, whose write
+to private ``t`` no output reads)::
+
+    before                              after
+    t0 = ltorch.exp(a)                  t3 = ltorch.sin(a)
+    t2 = ltorch.mul_(t0, 2)             return (t3,)
+    t3 = ltorch.sin(a)
+    return (t3,)
+
+``mul_`` is removed here, and Thunder's ``dce`` then removes ``exp``, which only it read.
 """
 
 from __future__ import annotations

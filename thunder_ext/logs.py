@@ -78,6 +78,12 @@ def log_report(stage: str, report, trace=None) -> None:
         logger.debug("%s: trace after the pass:\n%s", stage, trace)
 
 
+def log_split(stage: str, report) -> None:
+    """One line per index write split into one write per entry (thunder_ext.index_order)."""
+    for what in report.split:
+        logger.info("%s: split %s, in eager's order (its source overlaps its destination)", stage, what)
+
+
 def log_removal(stage: str, report) -> None:
     """One line for a :class:`~thunder_ext.final_barriers.BarrierRemovalReport`."""
     if not logger.isEnabledFor(logging.INFO):

@@ -11,8 +11,10 @@ transform, reads every source before it writes, as if the source were cloned::
     a[1:].index_copy_(0, idx, t0)    # idx = [1, 0]: writes row 2, then reads it as t0[1]
 
 Eager gives rows 1 and 2 of ``a`` the old row 0; Thunder gives row 1 the old row 2.  No
-trace order can reproduce a kernel's visiting order, so :func:`refuse_overlapping_sources`
-refuses such a write, and says to clone the source.  It runs on the trace before autodiff,
+trace order can reproduce the visiting order inside one op, so :func:`refuse_overlapping_sources`
+refuses such a write, and says to clone the source.  (An ``index_copy_`` or ``index_add_``,
+whose kernel visits one index entry after another, is first split into one write per entry by
+:mod:`thunder_ext.index_order`; each entry is then checked here as the kind 'entry'.)  It runs on the trace before autodiff,
 with Thunder's own barriers stripped, and decides on the elements themselves: each proxy's
 elements are found by replaying its view chain on ``arange`` over its base (the same replay the
 functionalization pass does for scatters), with PyTorch's own view functions, found through
@@ -35,7 +37,9 @@ refused too: the transform never guesses an order.
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import thunder.torch as ltorch
@@ -46,6 +50,9 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 
 from thunder_ext.alias_analysis import AliasInfo
+
+if TYPE_CHECKING:
+    from thunder_ext.index_order import SplitReport
 from thunder_ext.errors import OverlappingSourceError
 from thunder_ext.op_kinds import effect_of, is_copy, is_copy_composite, is_return, origin_ids, tensor_args
 
@@ -56,6 +63,13 @@ ORDER_DEPENDENT = frozenset(
         "scatter_", "scatter_add_", "scatter_reduce_", "masked_scatter_", "put_",
     }
 )  # fmt: skip
+# Index ops whose CPU kernel visits the index entries one after another, with the names of their
+# (dim, index, source) parameters: one with a single entry is checked as an elementwise copy of
+# its source row into each row the index may name (thunder_ext.index_order splits the others).
+SPLIT_BY_ENTRY = {
+    "index_copy_": ("dim", "index", "source"),
+    "index_add_": ("dim", "index", "source"),
+}
 # Prim tags that make an op other than elementwise (its result is computed whole first).
 _NOT_ELEMENTWISE_TAGS = frozenset({prims.OpTags.MATMUL_OP, prims.OpTags.REDUCTION_OP, prims.OpTags.SHAPE_OP})
 # Prims an elementwise op may contain besides elementwise ones.
@@ -71,6 +85,8 @@ class OverlapReport:
     checked: int = 0  # (write, source) pairs sharing a storage group
     disjoint: int = 0  # of which the elements were shown apart (or at the same positions)
     refused: list[str] = field(default_factory=list)
+    # Index writes split into one write per entry before the check (thunder_ext.index_order.SplitReport).
+    split: "SplitReport | None" = None
 
 
 @functools.cache
@@ -87,8 +103,32 @@ def _op_name(bsym: BoundSymbol) -> str:
     return str(bsym.sym.name)
 
 
+def index_operands(bsym: BoundSymbol) -> tuple[TensorProxy, int, TensorProxy, TensorProxy] | None:
+    """(destination, dim, index, source) of an op in :data:`SPLIT_BY_ENTRY`, bound by parameter name."""
+    names = SPLIT_BY_ENTRY.get(_op_name(bsym))
+    if names is None:
+        return None
+    try:
+        bound = inspect.signature(bsym.sym.meta).bind(*bsym.args, **bsym.kwargs).arguments
+    except (TypeError, ValueError):
+        return None
+    dst = next(iter(bound.values()), None)
+    dim, index, source = (bound.get(n) for n in names)
+    if not all(isinstance(p, TensorProxy) for p in (dst, index, source)) or not isinstance(dim, int):
+        return None
+    return dst, dim % max(dst.ndim, 1), index, source
+
+
+def _single_entry(bsym: BoundSymbol) -> bool:
+    operands = index_operands(bsym)
+    return operands is not None and tuple(int(n) for n in operands[2].shape) == (1,)
+
+
 def _kind(bsym: BoundSymbol) -> str | None:
-    """'order' (:data:`ORDER_DEPENDENT`), 'elementwise', or None (computed whole, or unknown)."""
+    """'entry' (one index entry of :data:`SPLIT_BY_ENTRY`), 'order' (:data:`ORDER_DEPENDENT`),
+    'elementwise', or None (computed whole, or unknown)."""
+    if _single_entry(bsym):
+        return "entry"
     if _op_name(bsym) in ORDER_DEPENDENT:
         return "order"
     ids = origin_ids(bsym)
@@ -203,6 +243,16 @@ def _hazard(dst: torch.Tensor, src: torch.Tensor, *, same_position_safe: bool) -
     return bool((torch.isin(src, dst) & (src != dst)).any())
 
 
+def _hazards(bsym: BoundSymbol, kind: str, dst: torch.Tensor, src: torch.Tensor) -> bool:
+    if kind != "entry":
+        return _hazard(dst, src, same_position_safe=kind == "elementwise")
+    # One entry copies (or adds) its source row into the row its index names, known only at run
+    # time: elementwise against every row the index may name.
+    dim = index_operands(bsym)[1]
+    row = src.select(dim, 0)
+    return any(_hazard(dst.select(dim, r), row, same_position_safe=True) for r in range(dst.shape[dim]))
+
+
 @dataclass(frozen=True)
 class Overlap:
     """An in-place op ``bsym`` writing ``dst`` while reading ``src``, which may share its elements."""
@@ -226,7 +276,9 @@ def find_overlaps(bsyms: list[BoundSymbol], info: AliasInfo, report: OverlapRepo
             continue
         for dst in effect.writes:
             sources = tensor_args(bsym)
-            if kind == "order":
+            if kind == "entry":
+                sources = [index_operands(bsym)[3]]
+            elif kind == "order":
                 # the destination is ``self``; the same tensor passed again is a source
                 sources = sources[1:] if sources and sources[0].name == dst.name else sources
             else:
@@ -241,7 +293,7 @@ def find_overlaps(bsyms: list[BoundSymbol], info: AliasInfo, report: OverlapRepo
                 written = written or _destination(bsym, elements, dst)
                 read = elements.of(src)
                 known = written is not None and read is not None and written[0] == read[0]
-                if known and not _hazard(written[1], read[1], same_position_safe=kind == "elementwise"):
+                if known and not _hazards(bsym, kind, written[1], read[1]):
                     report.disjoint += 1
                     continue
                 found.append(Overlap(bsym, dst, src, certain=known))

@@ -19,6 +19,18 @@ same torch-executor symbol bound in its in-place form, keeping ``out`` as the ou
   around that ``copy_`` order it after every earlier read of ``buf`` and before every later
   one by data edges, so :func:`thunder_ext.verify` accepts the final trace.
 
+Worked example (the final trace of ``a.exp().sin().cos()`` with the default executors)::
+
+    before                              after
+    t6 = torch.exp(a)                   t6 = torch.exp(a)
+    t7 = torch.sin(t6)                  t7 = torch.sin(t6, out=t6)
+    del t6                              del t6
+    t8 = torch.cos(t7)                  t8 = torch.cos(t7, out=t7)
+    del t7                              del t7
+    return (t8,)                        return (t8,)
+
+One buffer instead of three: ``t6``, ``t7`` and ``t8`` are the same tensor at run time.
+
 The ``out=`` and ``inplace=True`` forms are not writes to :mod:`thunder_ext.op_kinds` (nor to
 the checker): they are ordered by program order only, which is why the pass runs last.
 

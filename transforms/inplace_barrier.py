@@ -32,10 +32,11 @@ from thunder_ext.barriers import place_barriers
 from thunder_ext.errors import InplaceOrderingError
 from thunder_ext.functionalize import InputPolicy
 from thunder_ext.final_barriers import BarrierRemovalReport, count_barriers, remove_final_barriers
+from thunder_ext.index_order import split_overlapping_index_writes
 from thunder_ext.input_aliases import aliased_inputs, guard_substituted_aliases
 from thunder_ext.integration import install_barrier_stage, reports_for
 from thunder_ext.overlap import refuse_overlapping_sources
-from thunder_ext.logs import log_refusal, log_removal, log_report
+from thunder_ext.logs import log_refusal, log_removal, log_report, log_split
 from thunder_ext.reinplace import fold_copies, reinplace, reinplace_inputs
 from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients, stripped_storage
 from thunder_ext.remat_guard import has_nvfuser, has_torch_compile
@@ -65,7 +66,14 @@ class InplaceBarrierTransform(thunder.Transform):
             # Thunder's barriers stripped, and their storage groups: the overlap check and the
             # gradient refusals read the same analysis of the trace.
             stripped = stripped_storage(computation_trace)
+            # An index write reading rows it overwrites is written one entry at a time, in eager's order.
+            computation_trace, split = split_overlapping_index_writes(computation_trace, stripped, frozenset(diff))
+            if split.split:
+                log_split("before autodiff", split)
+                stripped = stripped_storage(computation_trace)
+                diff = differentiable_names(computation_trace)
             overlaps = refuse_overlapping_sources(computation_trace, inductor=has_torch_compile(executors), stripped=stripped)
+            overlaps.split = split
             new, report = place_barriers(
                 computation_trace,
                 comment=self.comment,

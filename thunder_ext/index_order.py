@@ -1,0 +1,154 @@
+"""Index writes whose source overlaps their destination, split into one write per index entry.
+
+Eager's CPU kernels for ``index_copy_`` and ``index_add_`` visit the index entries in order:
+entry *i* reads row *i* of the source after the entries before it have written.  When the
+source shares rows with the destination, that order is the answer.  Thunder reads the whole
+source first, so the op as one write cannot be compiled (:mod:`thunder_ext.overlap` refuses
+it).  The same op written one entry at a time can: each entry is a write of one row, and the
+source row it reads is taken after the writes before it, which the functionalization pass
+orders by data edges like any other read of written storage::
+
+    before                                      after (idx has 2 entries)
+    t0 = a[::2]                                 t0 = a[::2]
+    t1 = a[1:]                                  t1 = a[1:]
+    t2 = ltorch.index_add_(t1, 0, idx, t0)      i0 = ltorch.getitem(idx, slice(0, 1, None))
+    return (t2,)                                s0 = ltorch.getitem(t0, slice(0, 1, None))
+                                                t3 = ltorch.index_add_(t1, 0, i0, s0)
+                                                i1 = ltorch.getitem(idx, slice(1, 2, None))
+                                                s1 = ltorch.getitem(t0, slice(1, 2, None))
+                                                t2 = ltorch.index_add_(t1, 0, i1, s1)
+                                                return (t2,)
+
+Each entry is then checked by :mod:`thunder_ext.overlap` like an elementwise op against every
+row the index may name: a source row that overlaps a destination row at other positions is
+still refused.
+
+Not split (left to the overlap refusal):
+
+* an op not in :data:`SPLIT_BY_ENTRY`: the other index and mask kernels (``scatter_``,
+  ``index_put_``, ``masked_scatter_``) do not visit their entries in a documented order;
+* an index of more than :data:`MAX_SPLIT_ENTRIES` entries (the trace grows with it);
+* a write that carries gradients: eager's forward reads rows as its kernel goes, but its
+  backward routes each gradient to the row the source held before the op, which no single
+  functional program reproduces;
+* a source whose elements the overlap check could not tell apart from the destination's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import thunder.torch as ltorch
+from thunder.core.proxies import TensorProxy, variableify
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
+
+from thunder_ext.alias_analysis import AliasInfo
+from thunder_ext.op_kinds import copies_without_grad, is_copy, tensor_args, tensor_outs
+from thunder_ext.overlap import SPLIT_BY_ENTRY, find_overlaps, index_operands
+
+# Above this many index entries the op is not split (each entry is three bsyms, and more once
+# functionalized), and the overlap check refuses it as before.
+MAX_SPLIT_ENTRIES = 64
+
+
+@dataclass
+class SplitReport:
+    """What :func:`split_overlapping_index_writes` did: the ops split and the ones left whole, and why."""
+
+    split: list[str] = field(default_factory=list)  # "index_copy_ of t1 into 2 entries"
+    left: dict[str, str] = field(default_factory=dict)  # output name -> why it stays one write
+
+
+def _why_not(bsym: BoundSymbol, certain: bool, differentiable: frozenset[str]) -> str | None:
+    """Why ``bsym`` (an overlapping write) stays one write; None when it can be split."""
+    if str(bsym.sym.name) not in SPLIT_BY_ENTRY:
+        return "its kernel's visiting order is not one entry after another"
+    if not certain:
+        return "the transform cannot tell which elements the source shares"
+    operands = index_operands(bsym)
+    if operands is None:
+        return "its arguments are not (destination, dim, index, source) tensors"
+    dst, _, index, source = operands
+    if index.ndim != 1:
+        return "its index is a scalar"
+    if int(index.shape[0]) > MAX_SPLIT_ENTRIES:
+        return f"its index has more than {MAX_SPLIT_ENTRIES} entries"
+    if not copies_without_grad(bsym) and any(p.name in differentiable for p in (dst, source)):
+        return "the write carries gradients (eager's backward reads the source as it was before the op)"
+    return None
+
+
+def split_overlapping_index_writes(
+    trace: TraceCtx,
+    stripped: tuple[list[BoundSymbol], AliasInfo],
+    differentiable: frozenset[str] = frozenset(),
+) -> tuple[TraceCtx, SplitReport]:
+    """Split each index write whose source overlaps its destination into one write per entry.
+
+    ``stripped`` is :func:`thunder_ext.refusals.stripped_storage` of ``trace``; the new trace is
+    built from its bsyms (Thunder's barriers stripped; the barrier pass places its own).
+    ``differentiable`` names the tensors gradients flow through.  Returns ``trace`` itself when
+    nothing is split.
+    """
+    bsyms, info = stripped
+    report = SplitReport()
+    targets: set[int] = set()
+    for o in find_overlaps(bsyms, info):
+        why = _why_not(o.bsym, o.certain, differentiable)
+        if why is None:
+            targets.add(id(o.bsym))
+        else:
+            report.left[tensor_outs(o.bsym)[0].name if tensor_outs(o.bsym) else str(o.bsym.sym.name)] = why
+    if not targets:
+        return trace, report
+
+    new = from_trace(trace)
+    out: list[BoundSymbol] = []
+    swap: dict = {}  # the original op's output -> the last entry's
+    for bsym in bsyms:
+        split = id(bsym) in targets
+        mine = {v: swap[v] for v in map(variableify, bsym.flat_proxy_args) if v in swap} if swap else None
+        bsym = bsym.from_bsym_swap_proxies(mine) if mine else bsym
+        if not split:
+            out.append(bsym)
+            continue
+        entries, last, n = _entries(new, bsym)
+        out += entries
+        swap[variableify(tensor_outs(bsym)[0])] = last
+        report.split.append(f"{bsym.sym.name} of {tensor_args(bsym)[0].name} into {n} entries")
+    new.bound_symbols = out
+    new.set_provenance(TraceProvenance("Split overlapping index writes into one write per entry (thunder_ext)"))
+    return new, report
+
+
+def _entries(new: TraceCtx, bsym: BoundSymbol) -> tuple[list[BoundSymbol], TensorProxy, int]:
+    """``bsym`` as one write per index entry, recorded in ``new``: (bsyms, last output, entries)."""
+    dst, dim, index, source = index_operands(bsym)
+    n = int(index.shape[0])
+    lead = (slice(None),) * dim
+    with tracectx(new):
+        new.push_scope([])
+        last = None
+        for i in range(n):
+            entry = ltorch.getitem(index, slice(i, i + 1))
+            row = ltorch.getitem(source, (*lead, slice(i, i + 1)))
+            last = bsym.sym(dst, dim, entry, row)
+        recorded = new.pop_scope()
+    # Each entry keeps the user's line (for messages), and the grad mode its copy_ was traced in:
+    # Thunder reads it from the compilation, which is no longer tracing the user's function.
+    flag = not copies_without_grad(bsym)
+    placed = [
+        _with_grad_mode(b, flag).from_bsym(source_filename=bsym.source_filename, source_positions=bsym.source_positions)
+        for b in recorded
+    ]
+    return placed, last, n
+
+
+def _with_grad_mode(bsym: BoundSymbol, grad_enabled: bool) -> BoundSymbol:
+    """``bsym`` with every ``copy_`` in it recorded as traced with ``grad_enabled``."""
+    if is_copy(bsym):
+        return bsym.from_bsym(kwargs={**bsym.kwargs, "grad_enabled": grad_enabled})
+    if not bsym.subsymbols:
+        return bsym
+    return bsym.from_bsym(subsymbols=[_with_grad_mode(s, grad_enabled) for s in bsym.subsymbols])
