@@ -1203,3 +1203,24 @@ def test_barrier_member_does_not_take_its_neighbours_gradient():
     ``update_aliases`` a gradient when any member had one; it passes each member through."""
     assert_matches_eager(running_var_after_a_thunder_barrier, lambda g: (_x(g), *_stats()),
                          configs=(*CONFIGS, *TORCH_COMPILE))
+
+
+# -- soak seed 15000 (--rotate): silently wrong gradients ----------------------------------------
+
+
+def dead_no_grad_write_after_sin_(a):
+    t0 = a.sum(1)
+    t0.sin_()  # the backward needs t0 as it was before this write
+    t1 = t0 + 1.5
+    t0[1:] = 2.0
+    with torch.no_grad():
+        t0.lerp_(t1, 0.1)  # nothing reads it: dead, but it kept t0's storage in place
+    t0.tanh_()
+    return (t1,)
+
+
+def test_dead_no_grad_write_does_not_keep_its_storage_in_place():
+    """Gradient silently wrong in every cell, plain Thunder's too: the dead no-grad ``lerp_`` kept
+    ``t0``'s storage in place, so ``sin_`` reached autodiff as an in-place op, whose backward
+    reads ``t0`` after the write.  The pass now starts again without the dead writes."""
+    assert_matches_eager(dead_no_grad_write_after_sin_, lambda g: (_x(g),), configs=(*CONFIGS, *TORCH_COMPILE))

@@ -1257,6 +1257,7 @@ def _place_barriers(
     trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow, nvfuser_may_run,
     functional_inputs=None,
     epilogue_inputs=frozenset(),
+    pruned: tuple[BoundSymbol, ...] = (),
 ):
     from thunder_ext.dead_writes import dead_inplace_ops, has_dead_values, remove_bsyms
     from thunder_ext.functionalize import InputPolicy, functionalize
@@ -1266,6 +1267,7 @@ def _place_barriers(
     nstripped = sum(len(v) for v in previous.values())
     if has_dead_values(stripped):
         stripped = remove_bsyms(trace, stripped, set())  # e.g. what only a stripped barrier read
+    unfunctionalized = stripped
     new_trace = from_trace(trace)
     effects: dict = {}  # the effects of bsyms analysed more than once (see storage_groups)
     functionalized: list[BoundSymbol] = []
@@ -1315,6 +1317,21 @@ def _place_barriers(
         stripped = remove_bsyms(trace, stripped, dead_origins)
         placer, out = place(stripped)
 
+    if dead_bsyms and freport is not None and (freport.kept_private_groups or freport.kept_inputs) and not pruned:
+        # A dead write may be what kept its storage in place (a no-grad write into a tensor
+        # gradients flow through): without it, the storage may go functional, and a backward that
+        # needs a value from before an earlier write then gets it.  So the pass starts again on
+        # the trace without the dead writes (once: what dies after that was dead the first time).
+        dead_outs = {p.name for b in dead_bsyms for p in b.flat_proxy_outs}
+        keep = [b for b in unfunctionalized if not (effect_of(b).writes and any(p.name in dead_outs for p in b.flat_proxy_outs))]
+        if len(keep) < len(unfunctionalized):
+            again = from_trace(trace)
+            again.bound_symbols = remove_bsyms(trace, keep, set())
+            return _place_barriers(
+                again, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow,
+                nvfuser_may_run, functional_inputs, epilogue_inputs, pruned=tuple(dead_bsyms),
+            )
+
     def guarded(placer: _Placer, out: list[BoundSymbol]) -> tuple[_Placer, list[BoundSymbol]]:
         remat: frozenset[int] = frozenset()
         if remat_guard:
@@ -1359,7 +1376,7 @@ def _place_barriers(
                     next(b for b in out if is_barrier(b)),
                 )
     report = placer.report
-    report.dead_writes = dead_bsyms
+    report.dead_writes = [*pruned, *dead_bsyms]
     report.functionalized = functionalized
     if freport is not None:
         report.functional_inputs, report.kept_inputs = freport.functional_inputs, freport.kept_inputs
