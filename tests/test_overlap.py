@@ -229,3 +229,20 @@ def test_report_counts_the_pairs_checked_and_shown_apart():
     jf(torch.randn(4, 3))
     overlaps = last_reports(jf)[-1].overlaps
     assert (overlaps.checked, overlaps.disjoint, overlaps.refused) == (1, 1, [])
+
+
+def test_index_write_eager_refuses_is_refused_not_split():
+    """Both dense, memory meeting: eager's own overlap check raises, so the write is not split."""
+    import thunder
+
+    from thunder_ext import InplaceBarrierTransform, OverlappingSourceError
+
+    def fn(a):
+        a.index_copy_(0, torch.tensor(IDX), a[:2])
+        return (a,)
+
+    with pytest.raises(RuntimeError, match="single memory location"):
+        fn(torch.randn(4, 3))
+    jf = thunder.jit(fn, transforms=[InplaceBarrierTransform()])
+    with pytest.raises(OverlappingSourceError, match="Eager refuses it too"):
+        jf(torch.randn(4, 3))

@@ -31,7 +31,9 @@ Not split (left to the overlap refusal):
 * a write that carries gradients: eager's forward reads rows as its kernel goes, but its
   backward routes each gradient to the row the source held before the op, which no single
   functional program reproduces;
-* a source whose elements the overlap check could not tell apart from the destination's.
+* a source whose elements the overlap check could not tell apart from the destination's;
+* a source and destination eager's own overlap check sees (both dense, their memory meeting):
+  eager raises, and so does the overlap check.
 """
 
 from __future__ import annotations
@@ -60,12 +62,14 @@ class SplitReport:
     left: dict[str, str] = field(default_factory=dict)  # output name -> why it stays one write
 
 
-def _why_not(bsym: BoundSymbol, certain: bool, differentiable: frozenset[str]) -> str | None:
+def _why_not(bsym: BoundSymbol, certain: bool, eager_refuses: bool, differentiable: frozenset[str]) -> str | None:
     """Why ``bsym`` (an overlapping write) stays one write; None when it can be split."""
     if str(bsym.sym.name) not in SPLIT_BY_ENTRY:
         return "its kernel's visiting order is not one entry after another"
     if not certain:
         return "the transform cannot tell which elements the source shares"
+    if eager_refuses:
+        return "eager refuses it (both are dense, and their memory meets)"
     operands = index_operands(bsym)
     if operands is None:
         return "its arguments are not (destination, dim, index, source) tensors"
@@ -95,7 +99,7 @@ def split_overlapping_index_writes(
     report = SplitReport()
     targets: set[int] = set()
     for o in find_overlaps(bsyms, info):
-        why = _why_not(o.bsym, o.certain, differentiable)
+        why = _why_not(o.bsym, o.certain, o.eager_refuses, differentiable)
         if why is None:
             targets.add(id(o.bsym))
         else:

@@ -253,6 +253,20 @@ def _hazards(bsym: BoundSymbol, kind: str, dst: torch.Tensor, src: torch.Tensor)
     return any(_hazard(dst.select(dim, r), row, same_position_safe=True) for r in range(dst.shape[dim]))
 
 
+def _dense_and_meeting(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """What eager's ``assert_no_overlap`` sees (elements as offsets in a contiguous base): both
+    tensors cover a contiguous range of memory, and the two ranges meet.  Anything else is
+    "too hard" for it, and eager computes in its kernel's order."""
+
+    def dense(t: torch.Tensor) -> bool:
+        ids = t.reshape(-1)
+        return ids.numel() > 0 and int(ids.max()) - int(ids.min()) + 1 == ids.numel() == int(ids.unique().numel())
+
+    if not (dense(a) and dense(b)):
+        return False
+    return int(a.min()) <= int(b.max()) and int(b.min()) <= int(a.max())
+
+
 @dataclass(frozen=True)
 class Overlap:
     """An in-place op ``bsym`` writing ``dst`` while reading ``src``, which may share its elements."""
@@ -261,6 +275,8 @@ class Overlap:
     dst: TensorProxy
     src: TensorProxy
     certain: bool  # the elements were replayed and do overlap (else: could not be told apart)
+    # Eager's own overlap check sees it and raises: both are dense and their memory ranges meet.
+    eager_refuses: bool = False
 
 
 def find_overlaps(bsyms: list[BoundSymbol], info: AliasInfo, report: OverlapReport | None = None) -> list[Overlap]:
@@ -296,7 +312,7 @@ def find_overlaps(bsyms: list[BoundSymbol], info: AliasInfo, report: OverlapRepo
                 if known and not _hazards(bsym, kind, written[1], read[1]):
                     report.disjoint += 1
                     continue
-                found.append(Overlap(bsym, dst, src, certain=known))
+                found.append(Overlap(bsym, dst, src, certain=known, eager_refuses=known and _dense_and_meeting(written[1], read[1])))
     return found
 
 
@@ -355,11 +371,17 @@ def refuse_overlapping_sources(
             else "may share elements with what it writes (the transform cannot tell which)"
         )
         report.refused.append(_op_name(o.bsym))
+        eager = (
+            "Eager refuses it too (\"some elements of the input tensor and the written-to tensor refer "
+            "to a single memory location\")"
+            if o.eager_refuses
+            else "Eager's result then depends on the order its kernel visits the elements (on CPU it reads "
+            "its own earlier writes), and no compiled order reproduces it: Thunder reads the source whole "
+            "before writing"
+        )
         raise OverlappingSourceError(
-            f"`{_op_name(o.bsym)}` writes `{o.dst.name}` while reading `{o.src.name}`, which {why}. Eager's "
-            "result then depends on the order its kernel visits the elements (on CPU it reads its own "
-            "earlier writes), and no compiled order reproduces it: Thunder reads the source whole "
-            f"before writing. Clone the source first (`{o.src.name}.clone()`), or write out of place",
+            f"`{_op_name(o.bsym)}` writes `{o.dst.name}` while reading `{o.src.name}`, which {why}. {eager}. "
+            f"Clone the source first (`{o.src.name}.clone()`), or write out of place",
             o.bsym,
         )
     return report
