@@ -1224,3 +1224,56 @@ def test_dead_no_grad_write_does_not_keep_its_storage_in_place():
     ``t0``'s storage in place, so ``sin_`` reached autodiff as an in-place op, whose backward
     reads ``t0`` after the write.  The pass now starts again without the dead writes."""
     assert_matches_eager(dead_no_grad_write_after_sin_, lambda g: (_x(g),), configs=(*CONFIGS, *TORCH_COMPILE))
+
+
+def _written_then_kept_in_place(op):
+    def fn(a, w):
+        t0 = a * 1
+        op(t0, w)
+        t1 = t0 + w
+        with torch.no_grad():
+            t0.mul_(0.5)  # live: keeps t0's storage in place (eager: no history for this write)
+        return (t1, t0 * 2)
+
+    return fn
+
+
+KEPT_WRITES_BACKWARD_READS_OLD = {
+    "sin_": lambda t, w: t.sin_(),
+    "mul_tensor": lambda t, w: t.mul_(w),  # w's gradient reads the old t
+    "abs_": lambda t, w: t.abs_(),
+    "pow_": lambda t, w: t.pow_(2),
+}
+KEPT_WRITES_BACKWARD_WITHOUT_OLD = {
+    "add_": lambda t, w: t.add_(w),
+    "sub_": lambda t, w: t.sub_(w),
+    "mul_number": lambda t, w: t.mul_(2),
+    "div_number": lambda t, w: t.div_(2),
+    "neg_": lambda t, w: t.neg_(),
+    "clamp_": lambda t, w: t.clamp_(min=0),
+    "addcmul_": lambda t, w: t.addcmul_(w, w),
+    "setitem_": lambda t, w: t.__setitem__(0, w[0]),
+}
+
+
+@pytest.mark.parametrize("op", KEPT_WRITES_BACKWARD_READS_OLD.values(), ids=KEPT_WRITES_BACKWARD_READS_OLD.keys())
+def test_kept_write_whose_backward_reads_the_old_value_is_refused(op):
+    """Silently wrong gradient (plain Thunder's too) before: a later no-grad write kept the storage
+    in place, so the grad-enabled write reached autodiff in place.  Refused with grad
+    (SavedTensorMutationError), answered without."""
+    from thunder_ext import SavedTensorMutationError
+    from thunder_ext.testing.compare import error_in_chain
+
+    fn = _written_then_kept_in_place(op)
+    make = lambda g: (_x(g), _x(g))  # noqa: E731
+    assert_matches_eager(fn, make, configs=(*CONFIGS, *TORCH_COMPILE))
+    for config in CONFIGS:
+        v = differential(lambda: (fn, make(True), {}), config)
+        assert v.status == "refused" and error_in_chain(v.outcome.error, SavedTensorMutationError), v.detail
+
+
+@pytest.mark.parametrize("op", KEPT_WRITES_BACKWARD_WITHOUT_OLD.values(), ids=KEPT_WRITES_BACKWARD_WITHOUT_OLD.keys())
+def test_kept_write_whose_backward_needs_no_old_value_is_answered(op):
+    fn = _written_then_kept_in_place(op)
+    cells = judge_function(fn, lambda g: (_x(g), _x(g)), configs=(*CONFIGS, *TORCH_COMPILE)).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))

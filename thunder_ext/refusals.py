@@ -60,11 +60,52 @@ def refuse_unsupported_gradients(
     refuse_returned_input_with_new_history(after, diff)
     stripped = stripped or stripped_storage(before)  # the class-9 checks and the overwrite check read it
     refuse_gradless_overwrite(before, diff, stripped)
+    refuse_kept_writes_whose_backward_reads_the_old_value(after, diff)
     independent = refuse_written_grad_inputs(before, stripped)
     refuse_running_stats_with_grad(before, diff)
     refuse_writes_through_grad_input_views(before, stripped, nvfuser_may_run=nvfuser_may_run)
     if independent is not None:  # after the more specific refusal of writes through views
         raise independent
+
+
+# In-place ops whose backward never reads the value their destination had before the write:
+# Thunder's VJP of the op kept in place is then right (measured with a later no-grad write
+# keeping the storage in place, tests/test_grad_input_writes.py).  ``mul_`` and ``div_`` only by
+# a number: by a tensor, that tensor's gradient reads the old destination.
+BACKWARD_WITHOUT_OLD_VALUE = frozenset(
+    {"add_", "sub_", "neg_", "clamp_", "addcmul_", "addcdiv_", "setitem_", "copy_", "fill_", "zero_", "mul_", "div_"}
+)
+_BY_NUMBER_ONLY = frozenset({"mul_", "div_"})
+
+
+def refuse_kept_writes_whose_backward_reads_the_old_value(after: TraceCtx, diff: set[str]) -> None:
+    """Class 6 before autodiff: a write with grad into private storage the pass keeps in place
+    (a later no-grad write into it, a view it cannot replay), by an op whose backward reads the
+    destination's old value (``sin_``, ``mul_(w)``).  Thunder differentiates the in-place op as
+    if that value were the new one: the gradient would be silently wrong, plain Thunder's too.
+    Storage that goes functional never gets here (its writes are values by now)."""
+    bsyms, info = stripped_storage(after)
+    for b in bsyms:
+        effect = effect_of(b)
+        name = str(b.sym.name)
+        if len(effect.writes) != 1 or is_copy(b) or not writes_with_grad(b):
+            continue
+        dst = effect.writes[0]
+        if dst.name not in diff or info.group_of(dst) in info.input_groups:
+            continue
+        if name in BACKWARD_WITHOUT_OLD_VALUE and not (
+            name in _BY_NUMBER_ONLY and any(isinstance(x, TensorProxy) for x in tensor_args(b)[1:])
+        ):
+            continue
+        raise SavedTensorMutationError(
+            f"`{name}` writes `{dst.name}` in place with grad enabled, and its backward reads the value "
+            f"`{dst.name}` had before the write; the transform keeps this storage in place (a write the "
+            "pass cannot make a value: one under no-grad into a tensor gradients flow through, or through "
+            "a view it cannot replay), and Thunder's backward of an in-place op reads the new value "
+            f"instead, so the gradient would be wrong. Use the out-of-place op (`{dst.name} = "
+            f"{dst.name}.{name[:-1]}(...)`), or clone before the write that keeps it in place",
+            b,
+        )
 
 
 def stripped_storage(trace: TraceCtx) -> tuple[list[BoundSymbol], AliasInfo]:
