@@ -1277,3 +1277,40 @@ def test_kept_write_whose_backward_needs_no_old_value_is_answered(op):
     fn = _written_then_kept_in_place(op)
     cells = judge_function(fn, lambda g: (_x(g), _x(g)), configs=(*CONFIGS, *TORCH_COMPILE)).cells
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+# -- soak seed 15000 (--rotate): refusals where plain Thunder is right ---------------------------
+
+
+def no_grad_writes_through_views_of_a_returned_leaf(a):
+    t0 = a[:2]
+    with torch.no_grad():
+        t0.add_(t0)
+    t1 = a[:2]
+    with torch.no_grad():
+        t0.lerp_(t1, 0.1)
+    return (a,)
+
+
+def no_grad_write_through_a_view_then_a_read(a, w):
+    t0 = a[:2]
+    with torch.no_grad():
+        t0.mul_(2)
+    return (a, a * w)  # the read of a after the write: Thunder's gradient of it is wrong
+
+
+def test_returned_leaf_after_no_grad_view_writes_is_answered():
+    """Was ViewGradientError in every cell: the only read after the no-grad writes is the return of
+    the input itself, which eager and Thunder both hand back with its own history.  With
+    torch_compile_ex it is still refused: AOT autograd fails on the region writing the leaf's view."""
+    from thunder_ext.testing.compare import error_in_chain
+    from thunder_ext import ViewGradientError
+
+    make = lambda g: (torch.randn(4, 3, requires_grad=g),)  # noqa: E731
+    cells = judge_function(no_grad_writes_through_views_of_a_returned_leaf, make, configs=CONFIGS).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+    for config in TORCH_COMPILE:
+        v = differential(lambda: (no_grad_writes_through_views_of_a_returned_leaf, make(True), {}), config)
+        assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail
+    assert_matches_eager(no_grad_write_through_a_view_then_a_read, lambda g: (_x(g), _x(g)),
+                         configs=(*CONFIGS, *TORCH_COMPILE))

@@ -50,13 +50,16 @@ def refuse_unsupported_gradients(
     diff: set[str],
     *,
     nvfuser_may_run: bool = False,
+    inductor: bool = False,
     stripped: tuple[list[BoundSymbol], AliasInfo] | None = None,
 ) -> None:
     """Raise for the first unsupported construct; ``after`` is the barrier pass's output for ``before``.
 
     ``stripped``: :func:`stripped_storage` of ``before``, where the caller has it already.
+    ``inductor``: ``torch_compile_ex`` is among the executors (AOT autograd refuses a region that
+    writes a view of a leaf that requires grad, so class 5 refuses those returns there too).
     """
-    refuse_view_gradients(report, diff)
+    refuse_view_gradients(report, diff, frozenset() if inductor else frozenset(input_names(before)))
     refuse_returned_input_with_new_history(after, diff)
     stripped = stripped or stripped_storage(before)  # the class-9 checks and the overwrite check read it
     refuse_gradless_overwrite(before, diff, stripped)
@@ -114,14 +117,20 @@ def stripped_storage(trace: TraceCtx) -> tuple[list[BoundSymbol], AliasInfo]:
     return bsyms, storage_groups(bsyms, input_names(trace))
 
 
-def refuse_view_gradients(report: BarrierReport, diff: set[str]) -> None:
-    """Class 5: gradients would flow through a view of a tensor mutated in place."""
+def refuse_view_gradients(report: BarrierReport, diff: set[str], inputs: frozenset[str] = frozenset()) -> None:
+    """Class 5: gradients would flow through a view of a tensor mutated in place.
+
+    Not refused: the return of a whole input (``inputs``) after a write made under no-grad,
+    which has no history in eager: the caller gets its own tensor back, as from Thunder.  (Only
+    with the default executors: with ``torch_compile_ex`` the caller passes no ``inputs``.)"""
     for ar in report.alias_reads:
         # The gradient is at stake when the stale read, the written tensor, or the value written
         # carries one.  The value written is the write's output that aliases its destination
         # (``copy_``, ``add_``); a write with no such output (``batch_norm``'s running stats)
         # writes a value Thunder's VJP treats as constant.
         effect = effect_of(ar.write)
+        if is_return(ar.read) and not writes_with_grad(ar.write) and ar.proxy.name in inputs:
+            continue
         written_values = [o for o, a in effect.aliases if any(a is w for w in effect.writes)]
         involved = (ar.proxy, ar.written, *written_values)
         if any(p.name in diff for p in involved):

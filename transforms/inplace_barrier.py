@@ -84,7 +84,8 @@ class InplaceBarrierTransform(thunder.Transform):
             )
             if diff:
                 refuse_unsupported_gradients(
-                    computation_trace, new, report, diff, nvfuser_may_run=nvfuser, stripped=stripped
+                    computation_trace, new, report, diff, nvfuser_may_run=nvfuser, inductor=has_torch_compile(executors),
+                    stripped=stripped,
                 )
         except InplaceOrderingError as e:
             log_refusal("before autodiff", e)
