@@ -1314,3 +1314,18 @@ def test_returned_leaf_after_no_grad_view_writes_is_answered():
         assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail
     assert_matches_eager(no_grad_write_through_a_view_then_a_read, lambda g: (_x(g), _x(g)),
                          configs=(*CONFIGS, *TORCH_COMPILE))
+
+
+def overwritten_write_to_an_input_next_to_running_stats(a, rm, rv):
+    t1 = F.batch_norm(a, rm, rv, training=True, momentum=0.1)
+    a.add_(t1)  # dead: the copy_ overwrites it
+    a.copy_(t1)  # names add_'s output
+    t4 = a.sin()
+    return (t4,)
+
+
+def test_pass_started_again_renames_reads_of_a_removed_write():
+    """``KeyError`` in Thunder's dataflow partitioner (soak seed 15000, torch_compile_ex): the pass,
+    started again without the dead ``add_``, left the ``copy_`` naming the removed write's output."""
+    assert_matches_eager(overwritten_write_to_an_input_next_to_running_stats, lambda g: (_x(g), *_stats()),
+                         configs=(*CONFIGS, *TORCH_COMPILE))

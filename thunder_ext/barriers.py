@@ -1323,7 +1323,15 @@ def _place_barriers(
         # needs a value from before an earlier write then gets it.  So the pass starts again on
         # the trace without the dead writes (once: what dies after that was dead the first time).
         dead_outs = {p.name for b in dead_bsyms for p in b.flat_proxy_outs}
-        keep = [b for b in unfunctionalized if not (effect_of(b).writes and any(p.name in dead_outs for p in b.flat_proxy_outs))]
+        keep, swap = [], {}
+        for b in unfunctionalized:
+            effect = effect_of(b)
+            if effect.writes and any(p.name in dead_outs for p in b.flat_proxy_outs):
+                # A later access may name the removed write's output: it names the storage written.
+                swap.update({variableify(o): swap.get(variableify(a), a) for o, a in effect.aliases if any(a is w for w in effect.writes)})
+                continue
+            mine = {v: swap[v] for v in map(variableify, b.flat_proxy_args) if v in swap} if swap else None
+            keep.append(b.from_bsym_swap_proxies(mine) if mine else b)
         if len(keep) < len(unfunctionalized):
             again = from_trace(trace)
             again.bound_symbols = remove_bsyms(trace, keep, set())
