@@ -1309,20 +1309,24 @@ def _place_barriers(
     dead_bsyms: list[BoundSymbol] = list(dead_functional)
     # A barrier shared by several groups can keep a write alive only through a write that
     # is itself dead, so removal repeats until nothing is dead (each round removes >= 1).
+    dead_in_place: list[BoundSymbol] = []  # of dead_bsyms, those still writes in place (not made values)
     rounds = _FixedPoint("dead in-place op removal", _write_count(placer))
     while dead := dead_inplace_ops(out, placer.inputs, effects):
         rounds.next_round()
         dead_origins = {placer.origin[k] for k in dead}
+        dead_in_place += [stripped[j] for j in sorted(dead_origins)]
         dead_bsyms += [stripped[j] for j in sorted(dead_origins)]
         stripped = remove_bsyms(trace, stripped, dead_origins)
         placer, out = place(stripped)
 
-    if dead_bsyms and freport is not None and (freport.kept_private_groups or freport.kept_inputs) and not pruned:
+    if dead_in_place and freport is not None and (freport.kept_private_groups or freport.kept_inputs) and not pruned:
         # A dead write may be what kept its storage in place (a no-grad write into a tensor
         # gradients flow through): without it, the storage may go functional, and a backward that
         # needs a value from before an earlier write then gets it.  So the pass starts again on
         # the trace without the dead writes (once: what dies after that was dead the first time).
-        dead_outs = {p.name for b in dead_bsyms for p in b.flat_proxy_outs}
+        # Only writes dead in place: a write made a value whose value nothing names (dead_functional)
+        # may still be read through its base's later value.
+        dead_outs = {p.name for b in dead_in_place for p in b.flat_proxy_outs}
         keep, swap = [], {}
         for b in unfunctionalized:
             effect = effect_of(b)
@@ -1337,7 +1341,7 @@ def _place_barriers(
             again.bound_symbols = remove_bsyms(trace, keep, set())
             return _place_barriers(
                 again, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow,
-                nvfuser_may_run, functional_inputs, epilogue_inputs, pruned=tuple(dead_bsyms),
+                nvfuser_may_run, functional_inputs, epilogue_inputs, pruned=tuple(dead_in_place),
             )
 
     def guarded(placer: _Placer, out: list[BoundSymbol]) -> tuple[_Placer, list[BoundSymbol]]:
