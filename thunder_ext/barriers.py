@@ -720,9 +720,20 @@ class _Placer:
                 self._group_numel[g] = max(self._group_numel.get(g, 0), p.numel)
         return any(w.numel < self._group_numel.get(self.info.group_of(w), 0) for w in effect.writes)
 
+    def copies_a_slice_write(self, bsym: BoundSymbol) -> bool:
+        """A ``copy_`` of a value a partial write made (``b[1:] = t`` decomposed at the fusion stage:
+        ``t32 = copy_with_setitem(b, ...); copy_(t32, b)``): in a region, Inductor treats it as the
+        partial write it is (soak seed 15000: ``t2 = b.cos(); b[1:] = t1; return t2``, grad)."""
+        if not is_copy(bsym):
+            return False
+        src = tensor_args(bsym)[0]
+        k = self.made_at.get(src.name)
+        return k is not None and str(self.bsyms[k].sym.name) in _SLICE_WRITES
+
     def writes_part_of(self, g: str, bsym: BoundSymbol, effect) -> bool:
-        """Whether ``bsym`` writes only part of the input storage ``g`` (setitem, or through a smaller view)."""
-        if bsym.sym.name == "setitem_":
+        """Whether ``bsym`` writes only part of the input storage ``g`` (setitem, or through a smaller
+        view, or a copy of a value a partial write made)."""
+        if bsym.sym.name == "setitem_" or self.copies_a_slice_write(bsym):
             return True
         whole = max((self.proxies[n].numel for n in self.inputs if n in self.proxies and self.info.group_of(self.proxies[n]) == g), default=0)
         return any(self.info.group_of(w) == g and w.numel < whole for w in effect.writes)
