@@ -726,6 +726,10 @@ class _Placer:
         partial write it is (soak seed 15000: ``t2 = b.cos(); b[1:] = t1; return t2``, grad)."""
         if not is_copy(bsym):
             return False
+        # An epilogue copy_ (an input whose writes became values) stays out of every region
+        # (unfuse_epilogue), and on the final trace writes the slice in place (reinplace_inputs).
+        if any(self.info.group_of(w) == self.info.group_of(n) for w in effect_of(bsym).writes for n in self.options.epilogue_inputs if n in self.proxies):
+            return False
         src = tensor_args(bsym)[0]
         k = self.made_at.get(src.name)
         return k is not None and str(self.bsyms[k].sym.name) in _SLICE_WRITES
