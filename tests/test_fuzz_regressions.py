@@ -1364,3 +1364,36 @@ def test_copy_of_a_slice_write_ends_the_torch_compile_region():
     decomposed setitem's whole ``copy_`` now counts as the partial write it is."""
     assert_matches_eager(input_read_then_written_by_a_slice_with_grad, lambda g: (_x(g), _x(False)),
                          configs=(*CONFIGS, *TORCH_COMPILE))
+
+
+def returned_view_of_an_input_written_with_grad(a, b):
+    a.copy_(b)
+    return (a[0],)
+
+
+def returned_slice_of_an_input_written_through_a_slice_with_grad(a, b):
+    a[1:] = b[1:]
+    return (a[:2], a.t())
+
+
+def returned_input_and_its_view_written_with_grad(a, b):
+    a.copy_(b)
+    return (a[0], a)
+
+
+def test_returned_view_of_a_plain_input_written_with_grad_is_answered():
+    """Was ViewGradientError (soak seed 15000, program 6421): the refusal of a returned input that
+    does not require grad, after a write of a value that does, also caught views of it.  A view
+    is a new tensor, which Thunder returns with the write's history; only the input itself is
+    handed back bare."""
+    from thunder_ext import ViewGradientError
+    from thunder_ext.testing.compare import error_in_chain
+
+    make = lambda g: (_x(False), _x(g))  # noqa: E731
+    configs = (*CONFIGS, *TORCH_COMPILE, replace(CONFIGS[1], entry="thunderfx"))
+    for fn in (returned_view_of_an_input_written_with_grad, returned_slice_of_an_input_written_through_a_slice_with_grad):
+        cells = judge_function(fn, make, configs=configs).cells
+        assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+    for config in CONFIGS:
+        v = differential(lambda: (returned_input_and_its_view_written_with_grad, make(True), {}), config)
+        assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail

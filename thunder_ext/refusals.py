@@ -184,7 +184,8 @@ def refuse_returned_input_with_new_history(trace: TraceCtx, diff: set[str]) -> N
     """Refuse returning an input that does not require grad after writing a differentiable value into it.
 
     Thunder hands such an output back as the input tensor itself, which has no autograd
-    history, so eager's gradient (through the write) would silently be lost.
+    history, so eager's gradient (through the write) would silently be lost.  A view of the
+    input (``a[0]``) is a new tensor, which Thunder returns with the write's history: not refused.
     """
     ret = trace.bound_symbols[-1] if trace.bound_symbols else None
     if ret is None or not is_return(ret) or not ret.args or not isinstance(ret.args[0], dict):
@@ -196,9 +197,11 @@ def refuse_returned_input_with_new_history(trace: TraceCtx, diff: set[str]) -> N
     # A group one of whose versions was written with gradients keeps that history in eager even
     # after a later write made without grad (``b.copy_(a); with no_grad: b.lerp_(a, 0.1)``).
     with_history = {g for g, names in info.groups.members().items() if any(n in diff for n in names)}
+    whole = _whole_input_versions(trace)
     for out in tree_flatten(ret.args[0].get("output"))[0]:
         if (
             isinstance(out, TensorProxy)
+            and out.name in whole
             and (out.name in diff or info.group_of(out) in with_history)
             and info.group_of(out) in plain_inputs
         ):
@@ -212,6 +215,19 @@ def refuse_returned_input_with_new_history(trace: TraceCtx, diff: set[str]) -> N
                 writer,
                 ret,
             )
+
+
+def _whole_input_versions(trace: TraceCtx) -> set[str]:
+    """Names that are a trace input itself: the input, and what in-place ops on it and barriers
+    return for it (not its views)."""
+    whole = set(input_names(trace))
+    for b in trace.bound_symbols:
+        if is_barrier(b):
+            whole.update(o.name for i, o in zip(tensor_args(b), tensor_outs(b)) if i.name in whole)
+            continue
+        effect = effect_of(b)
+        whole.update(o.name for o, a in effect.aliases if a.name in whole and any(a is w for w in effect.writes))
+    return whole
 
 
 def refuse_gradless_overwrite(
