@@ -60,7 +60,7 @@ import gc
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy, variableify
@@ -69,6 +69,7 @@ from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import AliasInfo, StorageGroups, accessed_groups, input_names, storage_groups
+from thunder_ext import stage_config
 from thunder_ext.errors import PartitionerWouldDropError, PlacementDidNotConvergeError, UnorderableAccessError
 from thunder_ext.op_kinds import (
     describe,
@@ -82,18 +83,17 @@ from thunder_ext.op_kinds import (
     view_kind,
     writes_with_grad,
 )
+from thunder_ext.functionalize import InputPolicy
 from thunder_ext.remat_guard import (
     BarrierSymbols,
     barrier_symbols,
-    has_nvfuser,
     hoist_barriers,
     partition_keeps_every_bsym,
     partitioning_fusers,
     unguarded_writes,
 )
+from thunder_ext.stage_config import StageConfig
 
-if TYPE_CHECKING:
-    from thunder_ext.functionalize import InputPolicy
 
 BARRIER_TAG = "thunder_ext"
 
@@ -251,15 +251,11 @@ class PlacementOptions:
     new_trace: TraceCtx  # the trace new barrier proxies are made in
     inputs: frozenset[str]  # names of the trace's tensor inputs
     symbols: BarrierSymbols
-    comment: bool  # give each barrier a header saying why it is there
+    config: StageConfig  # the stage's compilation, read once (thunder_ext.stage_config)
     # Outputs of the barriers stripped from the input trace, keyed by their resolved input
     # names, and barrier output name -> stripped name: a barrier placed again reuses its proxies.
     previous_barriers: dict[tuple[str, ...], list[tuple[TensorProxy, ...]]]
     resolved_names: dict[str, str]
-    aliased_inputs: tuple[frozenset[str], ...] = ()
-    # Inputs whose writes became values before autodiff: their copy_s at the end are the epilogue.
-    epilogue_inputs: frozenset[str] = frozenset()
-    nvfuser_may_run: bool = True  # so a write needs its destination to be a region input (see Economy)
     effects_cache: dict | None = None  # effects of bsyms analysed in more than one round (see storage_groups)
 
 
@@ -290,7 +286,7 @@ class _Placer:
         # Each round pops the barrier outputs it reuses from its own copy.
         self.reusable = {k: list(v) for k, v in options.previous_barriers.items()}
         self.inputs = options.inputs
-        self.info: AliasInfo = storage_groups(bsyms, self.inputs, options.aliased_inputs, cache=options.effects_cache)
+        self.info: AliasInfo = storage_groups(bsyms, self.inputs, options.config.aliased_inputs, cache=options.effects_cache)
         self.mutated = self.info.mutated_groups
         self.report = BarrierReport()
         self.remat_writes = remat_writes  # stripped indices of writes to guard (see place_barriers)
@@ -454,7 +450,7 @@ class _Placer:
                     self.order_write(g, bsym, effect, my_anc, plan)
                 else:
                     self.order_read(g, i, bsym, my_anc, plan)
-            if self.options.nvfuser_may_run:
+            if self.options.config.write_barriers:
                 self.make_write_inputs(i, bsym, effect, write_groups, plan)
             if plan:
                 self.emit(plan, bsym)
@@ -728,7 +724,7 @@ class _Placer:
             return False
         # An epilogue copy_ (an input whose writes became values) stays out of every region
         # (unfuse_epilogue), and on the final trace writes the slice in place (reinplace_inputs).
-        if any(self.info.group_of(w) == self.info.group_of(n) for w in effect_of(bsym).writes for n in self.options.epilogue_inputs if n in self.proxies):
+        if any(self.info.group_of(w) == self.info.group_of(n) for w in effect_of(bsym).writes for n in self.options.config.epilogue_inputs if n in self.proxies):
             return False
         src = tensor_args(bsym)[0]
         k = self.made_at.get(src.name)
@@ -1069,7 +1065,7 @@ class _Placer:
             with tracectx(self.options.new_trace):
                 outs = tuple(TensorProxy(like=p, requires_grad=p.requires_grad) for p in ins)
         bsym = symbol.bind(ins, output=outs)
-        header = f"{BARRIER_TAG}: " + "; ".join(dict.fromkeys(reasons)) if self.options.comment else ""
+        header = f"{BARRIER_TAG}: " + "; ".join(dict.fromkeys(reasons)) if self.options.config.comment else ""
         bsym = bsym.from_bsym(
             header=header,
             source_filename=before.source_filename,
@@ -1105,9 +1101,12 @@ def place_barriers(
 ) -> tuple[TraceCtx, BarrierReport]:
     """The full pass, returning the new trace and a report of what it did.
 
+    The keywords make the :class:`thunder_ext.stage_config.StageConfig` that
+    :func:`barrier_pass` takes; the transform builds its stages' configs from compile data.
+
     ``nvfuser_may_run``: whether nvFuser is among the compilation's executors, so that a write
     needs its destination to be a region input; None decides from ``executors`` (no executors:
-    assume it may).  The caller says so before autodiff, where no executors are passed.
+    assume it may).
 
     ``differentiable`` (used before autodiff) names tensors that carry gradients: a barrier
     never consumes one of them as a mere ordering witness, because autodiff would treat the
@@ -1122,8 +1121,7 @@ def place_barriers(
     are bound so that a fusion executor fuses them (``torch_compile_ex``).
 
     ``dataflow``: the compilation's ``fusion_type`` is ``"dataflow"`` (where regions can break
-    depends on it, :mod:`thunder_ext.remat_guard`); the caller says so, the pass reads no
-    compile data.
+    depends on it, :mod:`thunder_ext.remat_guard`).
 
     ``aliased_inputs`` names sets of inputs that share storage at run time (Thunder ``main``
     passes ``f(x, x[0, 0])`` as two arguments; :mod:`thunder_ext.input_aliases`).
@@ -1134,16 +1132,23 @@ def place_barriers(
     rewrites writes to inputs no gradient flows through too, each written input getting its
     final value back by one epilogue ``copy_``.
     """
+    config = stage_config.direct(
+        executors, comment=comment, remat_guard=remat_guard, differentiable=frozenset(differentiable),
+        aliased_inputs=aliased_inputs, functional=functional, dataflow=dataflow, nvfuser_may_run=nvfuser_may_run,
+        functional_inputs=functional_inputs or InputPolicy(), epilogue_inputs=frozenset(epilogue_inputs),
+    )  # fmt: skip
+    return barrier_pass(trace, config)
+
+
+def barrier_pass(trace: TraceCtx, config: StageConfig) -> tuple[TraceCtx, BarrierReport]:
+    """The pass for one stage of a compilation: the new trace, and a report of what it did."""
     # The cyclic GC's full collections scan the caller's whole heap (Thunder's traces), which made
     # this pass's time grow with what the caller had built rather than with the trace; the pass
     # makes no cycles worth collecting mid-way, so collection waits until it returns.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _place_barriers(
-            trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow, nvfuser_may_run,
-            functional_inputs, epilogue_inputs,
-        )
+        return _pipeline(trace, config)
     finally:
         if was_enabled:
             gc.enable()
@@ -1268,143 +1273,50 @@ class _FixedPoint:
             )
 
 
-def _place_barriers(
-    trace, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow, nvfuser_may_run,
-    functional_inputs=None,
-    epilogue_inputs=frozenset(),
-    pruned: tuple[BoundSymbol, ...] = (),
-):
-    from thunder_ext.dead_writes import dead_inplace_ops, has_dead_values, remove_bsyms
-    from thunder_ext.functionalize import InputPolicy, functionalize
+def _pipeline(trace: TraceCtx, config: StageConfig, pruned: tuple[BoundSymbol, ...] = ()) -> tuple[TraceCtx, BarrierReport]:
+    """The pass's steps, in order; each reads bsyms and returns new ones, the input trace untouched.
+
+    1. strip: every barrier goes, its outputs renamed back to its inputs (:func:`strip_barriers`);
+    2. dce: what only a stripped barrier read;
+    3. functionalize: writes become values, written inputs get their epilogue ``copy_``
+       (:mod:`thunder_ext.functionalize`);
+    4. fallback barriers on what is left (:class:`_Placer`), and 5. dead in-place writes removed
+       (:mod:`thunder_ext.dead_writes`), repeated until nothing is dead; where a dead write kept
+       storage in place, the pipeline starts again once without it;
+    6. executor policies (``config``): the remat guard, and Inductor's epilogue outside its regions;
+    7. partition check: Thunder's dataflow partitioner keeps every bsym.
+    """
+    from thunder_ext.dead_writes import has_dead_values, remove_bsyms
 
     start = time.perf_counter()
-    stripped, previous, resolved = strip_barriers(trace.bound_symbols)
+    stripped, previous, resolved = strip_barriers(trace.bound_symbols)  # 1
     nstripped = sum(len(v) for v in previous.values())
-    if has_dead_values(stripped):
-        stripped = remove_bsyms(trace, stripped, set())  # e.g. what only a stripped barrier read
+    if has_dead_values(stripped):  # 2
+        stripped = remove_bsyms(trace, stripped, set())
     unfunctionalized = stripped
     new_trace = from_trace(trace)
     effects: dict = {}  # the effects of bsyms analysed more than once (see storage_groups)
-    functionalized: list[BoundSymbol] = []
-    dead_functional: list[BoundSymbol] = []
-    freport = None
-    if functional:
-        stripped, freport = functionalize(
-            trace, new_trace, stripped, input_names(trace), executors, effects, frozenset(differentiable),
-            functional_inputs or InputPolicy(), aliased_inputs,
-        )
-        functionalized = freport.rewritten
-        if functionalized:
-            # What only the rewritten writes' old versions needed is dead now.
-            stripped = remove_bsyms(trace, stripped, set())
-            # A rewritten write whose new value nothing read was a dead in-place op: dce removed it.
-            produced = {p.name for b in stripped for p in b.flat_proxy_outs}
-            dead_functional = [w for w, value in freport.new_values if value.name not in produced]
+    stripped, freport, dead_functional = _functionalize(trace, new_trace, stripped, config, effects)  # 3
     options = PlacementOptions(
         new_trace=new_trace,
         inputs=frozenset(input_names(trace)),
-        symbols=barrier_symbols(executors, stripped, dataflow=dataflow),
-        comment=comment,
+        symbols=barrier_symbols(config.executors, stripped, dataflow=config.dataflow),
+        config=config,
         previous_barriers=previous,
         resolved_names=resolved,
-        aliased_inputs=aliased_inputs,
-        # Unknown executors: nvFuser may run.
-        nvfuser_may_run=(nvfuser_may_run if nvfuser_may_run is not None else has_nvfuser(executors) is not False),
         effects_cache=effects,
-        epilogue_inputs=frozenset(epilogue_inputs),
     )
-
-    def place(
-        bsyms: list[BoundSymbol], remat: frozenset[int] = frozenset(), diff: frozenset[str] = frozenset()
-    ) -> tuple[_Placer, list[BoundSymbol]]:
-        placer = _Placer(options, bsyms, remat_writes=remat, differentiable=diff)
-        return placer, placer.run()
-
-    placer, out = place(stripped)
-    dead_bsyms: list[BoundSymbol] = list(dead_functional)
-    # A barrier shared by several groups can keep a write alive only through a write that
-    # is itself dead, so removal repeats until nothing is dead (each round removes >= 1).
-    dead_in_place: list[BoundSymbol] = []  # of dead_bsyms, those still writes in place (not made values)
-    rounds = _FixedPoint("dead in-place op removal", _write_count(placer))
-    while dead := dead_inplace_ops(out, placer.inputs, effects):
-        rounds.next_round()
-        dead_origins = {placer.origin[k] for k in dead}
-        dead_in_place += [stripped[j] for j in sorted(dead_origins)]
-        dead_bsyms += [stripped[j] for j in sorted(dead_origins)]
-        stripped = remove_bsyms(trace, stripped, dead_origins)
-        placer, out = place(stripped)
-
+    stripped, placer, out, dead_in_place = _place_without_dead_writes(trace, options, stripped)  # 4, 5
     if dead_in_place and freport is not None and (freport.kept_private_groups or freport.kept_inputs) and not pruned:
-        # A dead write may be what kept its storage in place (a no-grad write into a tensor
-        # gradients flow through): without it, the storage may go functional, and a backward that
-        # needs a value from before an earlier write then gets it.  So the pass starts again on
-        # the trace without the dead writes (once: what dies after that was dead the first time).
-        # Only writes dead in place: a write made a value whose value nothing names (dead_functional)
-        # may still be read through its base's later value.
-        dead_outs = {p.name for b in dead_in_place for p in b.flat_proxy_outs}
-        keep, swap = [], {}
-        for b in unfunctionalized:
-            effect = effect_of(b)
-            if effect.writes and any(p.name in dead_outs for p in b.flat_proxy_outs):
-                # A later access may name the removed write's output: it names the storage written.
-                swap.update({variableify(o): swap.get(variableify(a), a) for o, a in effect.aliases if any(a is w for w in effect.writes)})
-                continue
-            mine = {v: swap[v] for v in map(variableify, b.flat_proxy_args) if v in swap} if swap else None
-            keep.append(b.from_bsym_swap_proxies(mine) if mine else b)
-        if len(keep) < len(unfunctionalized):
-            again = from_trace(trace)
-            again.bound_symbols = remove_bsyms(trace, keep, set())
-            return _place_barriers(
-                again, executors, comment, remat_guard, differentiable, functional, aliased_inputs, dataflow,
-                nvfuser_may_run, functional_inputs, epilogue_inputs, pruned=tuple(dead_in_place),
-            )
+        again = _without_writes(trace, unfunctionalized, dead_in_place)
+        if again is not None:
+            return _pipeline(again, config, pruned=tuple(dead_in_place))
+    placer, out = _apply_executor_policies(trace, options, stripped, placer, out)  # 6
+    placer, out = _check_partition(trace, options, stripped, placer, out)  # 7
 
-    def guarded(placer: _Placer, out: list[BoundSymbol]) -> tuple[_Placer, list[BoundSymbol]]:
-        remat: frozenset[int] = frozenset()
-        if remat_guard:
-            # Each round pins writes no earlier round pinned, and a trace has finitely many writes:
-            # the loop ends exactly at the fixed point, where every fused-read write is pinned.
-            rounds = _FixedPoint("the remat guard", _write_count(placer))
-            while need := unguarded_writes(out, placer.origin, placer.info.effects, options.symbols) - remat:
-                rounds.next_round()
-                remat = remat | need
-                placer, out = place(stripped, remat)
-        if differentiable:
-            # Liveness above was judged with every witness; only the final placement drops them.
-            placer, out = place(stripped, remat, frozenset(differentiable))
-        return placer, out
-
-    def unfused(out: list[BoundSymbol]) -> list[BoundSymbol]:
-        if options.symbols.inductor and options.epilogue_inputs:
-            return unfuse_epilogue(out, options.epilogue_inputs, executors, options.symbols.pin, trace)
-        return out
-
-    placer, out = guarded(placer, out)
-    out = unfused(out)
-    fusers = partitioning_fusers(executors, out) if dataflow and placer.report.barriers else []
-
-    def partitioned(bsyms: list[BoundSymbol]) -> bool:
-        return all(partition_keeps_every_bsym(trace, bsyms, f) for f in fusers)
-
-    if fusers and not partitioned(out):
-        # Thunder's partitioner would drop bsyms (remat_guard's docstring).  First bind every
-        # barrier unfused, which leaves it fewer merges, under that rule's remat guard; then
-        # move barriers up to their inputs, where its cycle search sees past them.
-        if options.symbols.fuser is not None:
-            options = replace(options, symbols=replace(options.symbols, ordering=options.symbols.pin, fuser=None))
-            placer, out = guarded(*place(stripped))
-            out = unfused(out)
-        if not partitioned(out):
-            out = hoist_barriers(out)
-            if not partitioned(out):
-                raise PartitionerWouldDropError(
-                    "Thunder's dataflow partitioner would drop bound symbols of this trace (a cycle its "
-                    "search misses; docs/design.md); compile with fusion_type='consecutive'",
-                    next(b for b in out if is_barrier(b)),
-                )
     report = placer.report
-    report.dead_writes = [*pruned, *dead_bsyms]
-    report.functionalized = functionalized
+    report.dead_writes = [*pruned, *dead_functional, *dead_in_place]
+    report.functionalized = freport.rewritten if freport is not None else []
     if freport is not None:
         report.functional_inputs, report.kept_inputs = freport.functional_inputs, freport.kept_inputs
         report.epilogue_writes = freport.epilogue_writes
@@ -1413,13 +1325,149 @@ def _place_barriers(
     report.seconds = time.perf_counter() - start
     new_trace.set_provenance(
         TraceProvenance(
-            f"thunder_ext barriers ({len(functionalized)} writes made functional"
+            f"thunder_ext barriers ({len(report.functionalized)} writes made functional"
             f"{f' ({len(report.functional_inputs)} inputs copied back once)' if report.functional_inputs else ''}, "
             f"{len(report.barriers)} placed, {nstripped} stripped, "
             f"{len(report.dead_writes)} dead in-place ops removed; took {report.seconds * 1e3:.0f} ms)"
         )
     )
     return new_trace, report
+
+
+def _functionalize(trace, new_trace, bsyms, config: StageConfig, effects: dict):
+    """Step 3: ``bsyms`` with the writes :mod:`thunder_ext.functionalize` can rewrite made values,
+    its report (None when ``config.functional`` is off), and the rewritten writes whose value
+    nothing reads (dead in-place ops, which ``dce`` removed with their values)."""
+    from thunder_ext.dead_writes import remove_bsyms
+    from thunder_ext.functionalize import functionalize
+
+    if not config.functional:
+        return bsyms, None, []
+    bsyms, freport = functionalize(
+        trace, new_trace, bsyms, input_names(trace), config.executors, effects, config.differentiable,
+        config.functional_inputs, config.aliased_inputs,
+    )  # fmt: skip
+    if not freport.rewritten:
+        return bsyms, freport, []
+    bsyms = remove_bsyms(trace, bsyms, set())  # what only the rewritten writes' old versions needed
+    produced = {p.name for b in bsyms for p in b.flat_proxy_outs}
+    return bsyms, freport, [w for w, value in freport.new_values if value.name not in produced]
+
+
+def _place(
+    options: PlacementOptions, bsyms: list[BoundSymbol], remat: frozenset[int] = frozenset(), diff: frozenset[str] = frozenset()
+) -> tuple[_Placer, list[BoundSymbol]]:
+    """Step 4: one placement walk over ``bsyms``."""
+    placer = _Placer(options, bsyms, remat_writes=remat, differentiable=diff)
+    return placer, placer.run()
+
+
+def _place_without_dead_writes(trace, options: PlacementOptions, stripped: list[BoundSymbol]):
+    """Steps 4 and 5: barriers placed on ``stripped`` less its dead in-place writes; returns the
+    bsyms left, the last placer and its output, and the writes removed (in stripped order)."""
+    from thunder_ext.dead_writes import dead_inplace_ops, remove_bsyms
+
+    placer, out = _place(options, stripped)
+    dead_in_place: list[BoundSymbol] = []
+    # A barrier shared by several groups can keep a write alive only through a write that
+    # is itself dead, so removal repeats until nothing is dead (each round removes >= 1).
+    rounds = _FixedPoint("dead in-place op removal", _write_count(placer))
+    while dead := dead_inplace_ops(out, placer.inputs, options.effects_cache):
+        rounds.next_round()
+        dead_origins = {placer.origin[k] for k in dead}
+        dead_in_place += [stripped[j] for j in sorted(dead_origins)]
+        stripped = remove_bsyms(trace, stripped, dead_origins)
+        placer, out = _place(options, stripped)
+    return stripped, placer, out, dead_in_place
+
+
+def _without_writes(trace, bsyms: list[BoundSymbol], dead: list[BoundSymbol]) -> TraceCtx | None:
+    """The trace to start again from when dead writes were removed and storage was kept in place.
+
+    A dead write may be what kept its storage in place (a no-grad write into a tensor gradients
+    flow through): without it, the storage may go functional, and a backward that needs a value
+    from before an earlier write then gets it.  Only writes dead in place: a write made a value
+    whose value nothing names may still be read through its base's later value.  None when
+    nothing is left out.
+    """
+    from thunder_ext.dead_writes import remove_bsyms
+
+    dead_outs = {p.name for b in dead for p in b.flat_proxy_outs}
+    keep, swap = [], {}
+    for b in bsyms:
+        effect = effect_of(b)
+        if effect.writes and any(p.name in dead_outs for p in b.flat_proxy_outs):
+            # A later access may name the removed write's output: it names the storage written.
+            swap.update({variableify(o): swap.get(variableify(a), a) for o, a in effect.aliases if any(a is w for w in effect.writes)})
+            continue
+        mine = {v: swap[v] for v in map(variableify, b.flat_proxy_args) if v in swap} if swap else None
+        keep.append(b.from_bsym_swap_proxies(mine) if mine else b)
+    if len(keep) == len(bsyms):
+        return None
+    again = from_trace(trace)
+    again.bound_symbols = remove_bsyms(trace, keep, set())
+    return again
+
+
+def _guard(options: PlacementOptions, stripped: list[BoundSymbol], placer: _Placer, out: list[BoundSymbol]):
+    """The remat guard (``config.remat_guard``), then the final placement without gradient witnesses."""
+    config = options.config
+    remat: frozenset[int] = frozenset()
+    if config.remat_guard:
+        # Each round pins writes no earlier round pinned, and a trace has finitely many writes:
+        # the loop ends exactly at the fixed point, where every fused-read write is pinned.
+        rounds = _FixedPoint("the remat guard", _write_count(placer))
+        while need := unguarded_writes(out, placer.origin, placer.info.effects, options.symbols) - remat:
+            rounds.next_round()
+            remat = remat | need
+            placer, out = _place(options, stripped, remat)
+    if config.differentiable:
+        # Liveness above was judged with every witness; only the final placement drops them.
+        placer, out = _place(options, stripped, remat, config.differentiable)
+    return placer, out
+
+
+def _unfused(trace, options: PlacementOptions, out: list[BoundSymbol]) -> list[BoundSymbol]:
+    """Inductor's epilogue (:func:`unfuse_epilogue`), where ``torch_compile_ex`` runs the trace."""
+    config = options.config
+    if options.symbols.inductor and config.epilogue_inputs:
+        return unfuse_epilogue(out, config.epilogue_inputs, config.executors, options.symbols.pin, trace)
+    return out
+
+
+def _apply_executor_policies(trace, options: PlacementOptions, stripped, placer: _Placer, out):
+    """Step 6."""
+    placer, out = _guard(options, stripped, placer, out)
+    return placer, _unfused(trace, options, out)
+
+
+def _check_partition(trace, options: PlacementOptions, stripped, placer: _Placer, out):
+    """Step 7: under dataflow fusion, Thunder's partitioner must keep every bsym of ``out``.
+
+    Where it would drop some (remat_guard's docstring), first bind every barrier unfused, which
+    leaves it fewer merges, under that rule's remat guard; then move barriers up to their inputs,
+    where its cycle search sees past them.
+    """
+    config = options.config
+    fusers = partitioning_fusers(config.executors, out) if config.dataflow and placer.report.barriers else []
+
+    def partitioned(bsyms: list[BoundSymbol]) -> bool:
+        return all(partition_keeps_every_bsym(trace, bsyms, f) for f in fusers)
+
+    if not fusers or partitioned(out):
+        return placer, out
+    if options.symbols.fuser is not None:
+        options = replace(options, symbols=replace(options.symbols, ordering=options.symbols.pin, fuser=None))
+        placer, out = _apply_executor_policies(trace, options, stripped, *_place(options, stripped))
+    if not partitioned(out):
+        out = hoist_barriers(out)
+        if not partitioned(out):
+            raise PartitionerWouldDropError(
+                "Thunder's dataflow partitioner would drop bound symbols of this trace (a cycle its "
+                "search misses; docs/design.md); compile with fusion_type='consecutive'",
+                next(b for b in out if is_barrier(b)),
+            )
+    return placer, out
 
 
 def insert_barriers(

@@ -28,7 +28,8 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 from thunder.extend import FusionExecutor
 
-from thunder_ext.barriers import BarrierReport, place_barriers
+from thunder_ext import stage_config
+from thunder_ext.barriers import BarrierReport, barrier_pass
 from thunder_ext.errors import InplaceOrderingError
 from thunder_ext.logs import log_refusal, log_report
 from thunder_ext.refusals import refuse_lost_scalar_writes, refuse_saved_tensor_mutation
@@ -121,22 +122,16 @@ class BarrierStage(FusionExecutor):
 
     def fusion_pass(self, trace: TraceCtx) -> TraceCtx:
         cd = get_compile_data()
-        executors = tuple(cd.executors_list) if cd is not None else None
         aliased = reports_for(cd).aliased_inputs if cd is not None else ()
-        dataflow = cd is not None and cd.compile_options.get("fusion_type") == "dataflow"
         before = reports_for(cd).before_autodiff if cd is not None else None
+        config = stage_config.fusion_stage(
+            cd, aliased_inputs=aliased, comment=self.comment,
+            epilogue_inputs=frozenset(before.functional_inputs) if before is not None else frozenset(),
+        )  # fmt: skip
         try:
-            new, report = place_barriers(
-                trace,
-                executors=executors,
-                comment=self.comment,
-                remat_guard=True,
-                aliased_inputs=aliased,
-                dataflow=dataflow,
-                epilogue_inputs=frozenset(before.functional_inputs) if before is not None else frozenset(),
-            )
+            new, report = barrier_pass(trace, config)
             refuse_saved_tensor_mutation(report, before.epilogue_writes if before is not None else None)
-            refuse_lost_scalar_writes(new, executors)
+            refuse_lost_scalar_writes(new, config.executors)
         except InplaceOrderingError as e:
             log_refusal("fusion stage", e)
             raise

@@ -23,14 +23,15 @@ nothing but names).  Both only where no later transform has a post-optimization 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import thunder
 from thunder.core.compile_data import get_compile_data
 from thunder.core.trace import TraceCtx
 
-from thunder_ext.barriers import place_barriers
+from thunder_ext import stage_config
+from thunder_ext.barriers import barrier_pass
 from thunder_ext.errors import InplaceOrderingError
-from thunder_ext.functionalize import InputPolicy
 from thunder_ext.final_barriers import BarrierRemovalReport, count_barriers, remove_final_barriers
 from thunder_ext.index_order import split_overlapping_index_writes
 from thunder_ext.input_aliases import aliased_inputs, guard_substituted_aliases
@@ -39,7 +40,7 @@ from thunder_ext.overlap import refuse_overlapping_sources
 from thunder_ext.logs import log_refusal, log_removal, log_report, log_split
 from thunder_ext.reinplace import fold_copies, reinplace, reinplace_inputs
 from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients, stripped_storage
-from thunder_ext.remat_guard import has_nvfuser, has_torch_compile
+from thunder_ext.remat_guard import has_nvfuser
 from thunder_ext.validation import require_bool
 
 
@@ -58,35 +59,29 @@ class InplaceBarrierTransform(thunder.Transform):
     def transform_traces_pre_prologue(self, prologue_trace, computation_trace, epilogue_trace, **kwargs):
         install_barrier_stage(check=self.check, comment=self.comment)
         aliased = aliased_inputs(computation_trace)
-        diff = differentiable_names(computation_trace)
         cd = get_compile_data()
-        executors = getattr(cd, "executors_list", None) if cd is not None else None
-        nvfuser = has_nvfuser(executors)
+        config = stage_config.before_autodiff(
+            cd, differentiable=frozenset(differentiable_names(computation_trace)), aliased_inputs=aliased, comment=self.comment
+        )
         try:
             # Thunder's barriers stripped, and their storage groups: the overlap check and the
             # gradient refusals read the same analysis of the trace.
             stripped = stripped_storage(computation_trace)
             # An index write reading rows it overwrites is written one entry at a time, in eager's order.
-            computation_trace, split = split_overlapping_index_writes(computation_trace, stripped, frozenset(diff))
+            computation_trace, split = split_overlapping_index_writes(computation_trace, stripped, config.differentiable)
             if split.split:
                 log_split("before autodiff", split)
                 stripped = stripped_storage(computation_trace)
-                diff = differentiable_names(computation_trace)
-            overlaps = refuse_overlapping_sources(computation_trace, inductor=has_torch_compile(executors), stripped=stripped)
+                config = replace(config, differentiable=frozenset(differentiable_names(computation_trace)))
+            overlaps = refuse_overlapping_sources(computation_trace, inductor=config.inductor, stripped=stripped)
             overlaps.split = split
-            new, report = place_barriers(
-                computation_trace,
-                comment=self.comment,
-                differentiable=frozenset(diff),
-                aliased_inputs=aliased,
-                nvfuser_may_run=nvfuser,
-                functional_inputs=InputPolicy(enabled=True),
-            )
-            if diff:
+            new, report = barrier_pass(computation_trace, config)
+            if config.differentiable:
                 refuse_unsupported_gradients(
-                    computation_trace, new, report, diff, nvfuser_may_run=nvfuser, inductor=has_torch_compile(executors),
+                    computation_trace, new, report, set(config.differentiable),
+                    nvfuser_may_run=bool(has_nvfuser(config.compilation_executors)), inductor=config.inductor,
                     stripped=stripped,
-                )
+                )  # fmt: skip
         except InplaceOrderingError as e:
             log_refusal("before autodiff", e)
             raise

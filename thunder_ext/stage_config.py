@@ -1,0 +1,111 @@
+"""What one run of the barrier pass knows about its compilation, read once and passed whole.
+
+The pass runs at two stages of a compilation (``transforms/inplace_barrier.py``): before
+autodiff, on the computation trace, and at the fusion stage, on the joint trace
+(:mod:`thunder_ext.integration`).  Each stage reads its compile data once into a
+:class:`StageConfig`; every step of the pass, and every refusal, reads that, never the compile
+data nor executor names.  The executor policies are its derived properties:
+
+===================  =====================================================================
+policy               on when
+===================  =====================================================================
+``write_barriers``   nvFuser may run the trace: a write needs its destination to be a
+                     region input, so one barrier goes before each write into non-input
+                     storage (``barriers._Placer.step``)
+``inductor``         ``torch_compile_ex`` is among the executors: its regions end where
+                     Inductor mishandles writes into inputs, and the epilogue stays out of
+                     them (``barriers._Placer.split_for_torch_compile``,
+                     ``barriers.unfuse_epilogue``)
+``remat_guard``      the fusion stage, where fusion executors rematerialize
+                     (:mod:`thunder_ext.remat_guard`)
+``dataflow``         ``fusion_type="dataflow"``: Thunder's partitioner is run on the result
+                     (``remat_guard.partition_keeps_every_bsym``)
+===================  =====================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from thunder.extend import Executor
+
+from thunder_ext.functionalize import InputPolicy
+from thunder_ext.remat_guard import has_nvfuser, has_torch_compile
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """One stage's view of its compilation.
+
+    ``executors`` are the ones that must claim what the pass adds: None before autodiff, where
+    nothing is claimed yet.  ``compilation_executors`` are the compilation's, for the policies
+    (the same list at the fusion stage; known before autodiff too, when compile data exists).
+    """
+
+    stage: str = "trace"  # "before autodiff", "fusion stage", or "trace" for a direct call
+    executors: tuple[Executor, ...] | None = None
+    compilation_executors: tuple[Executor, ...] | None = None
+    dataflow: bool = False
+    # Tensors gradients flow through (before autodiff; see barriers.place_barriers).
+    differentiable: frozenset[str] = frozenset()
+    aliased_inputs: tuple[frozenset[str], ...] = ()
+    functional: bool = True  # writes to private storage become values (thunder_ext.functionalize)
+    functional_inputs: InputPolicy = InputPolicy()
+    # Inputs whose writes became values before autodiff: their copy_s at the end are the epilogue.
+    epilogue_inputs: frozenset[str] = frozenset()
+    remat_guard: bool = False
+    comment: bool = True  # each barrier gets a header saying why it is there
+    nvfuser_may_run: bool | None = None  # overrides what the executors say (None: they decide)
+
+    @property
+    def write_barriers(self) -> bool:
+        """nvFuser may run the trace (unknown executors: it may)."""
+        if self.nvfuser_may_run is not None:
+            return self.nvfuser_may_run
+        return has_nvfuser(self.compilation_executors) is not False
+
+    @property
+    def inductor(self) -> bool:
+        """``torch_compile_ex`` is among the compilation's executors."""
+        return has_torch_compile(self.compilation_executors)
+
+
+def _executors(cd) -> tuple[Executor, ...] | None:
+    executors = getattr(cd, "executors_list", None) if cd is not None else None
+    return tuple(executors) if executors is not None else None
+
+
+def before_autodiff(cd, *, differentiable: frozenset[str], aliased_inputs: tuple[frozenset[str], ...], comment: bool) -> StageConfig:
+    """The computation trace's stage: nothing claimed yet, writes to inputs no gradient flows
+    through made values (:class:`thunder_ext.functionalize.InputPolicy`)."""
+    return StageConfig(
+        stage="before autodiff",
+        compilation_executors=_executors(cd),
+        differentiable=differentiable,
+        aliased_inputs=aliased_inputs,
+        functional_inputs=InputPolicy(enabled=True),
+        comment=comment,
+    )
+
+
+def fusion_stage(cd, *, aliased_inputs: tuple[frozenset[str], ...], epilogue_inputs: frozenset[str], comment: bool) -> StageConfig:
+    """The joint trace's stage, after claim-or-decompose: what the pass adds is claimed by the
+    compilation's executors, and the remat guard is on."""
+    executors = _executors(cd)
+    return StageConfig(
+        stage="fusion stage",
+        executors=executors,
+        compilation_executors=executors,
+        dataflow=cd is not None and cd.compile_options.get("fusion_type") == "dataflow",
+        aliased_inputs=aliased_inputs,
+        epilogue_inputs=epilogue_inputs,
+        remat_guard=True,
+        comment=comment,
+    )
+
+
+def direct(executors: Sequence[Executor] | None = None, **fields) -> StageConfig:
+    """A config for a direct call of :func:`thunder_ext.barriers.place_barriers` (its keywords)."""
+    executors = tuple(executors) if executors is not None else None
+    return StageConfig(executors=executors, compilation_executors=executors, **fields)
