@@ -60,10 +60,11 @@ def refuse_unsupported_gradients(
     writes a view of a leaf that requires grad, so class 5 refuses those returns there too).
     """
     refuse_view_gradients(report, diff, frozenset() if inductor else frozenset(input_names(before)))
-    refuse_returned_input_with_new_history(after, diff)
+    placed = stripped_storage(after)  # one analysis of the placed trace, for the two checks that read it
+    refuse_returned_input_with_new_history(after, diff, placed)
     stripped = stripped or stripped_storage(before)  # the class-9 checks and the overwrite check read it
     refuse_gradless_overwrite(before, diff, stripped)
-    refuse_kept_writes_whose_backward_reads_the_old_value(after, diff)
+    refuse_kept_writes_whose_backward_reads_the_old_value(after, diff, placed)
     independent = refuse_written_grad_inputs(before, stripped)
     refuse_running_stats_with_grad(before, diff)
     refuse_writes_through_grad_input_views(before, stripped, nvfuser_may_run=nvfuser_may_run)
@@ -81,13 +82,15 @@ BACKWARD_WITHOUT_OLD_VALUE = frozenset(
 _BY_NUMBER_ONLY = frozenset({"mul_", "div_"})
 
 
-def refuse_kept_writes_whose_backward_reads_the_old_value(after: TraceCtx, diff: set[str]) -> None:
+def refuse_kept_writes_whose_backward_reads_the_old_value(
+    after: TraceCtx, diff: set[str], placed: tuple[list[BoundSymbol], AliasInfo] | None = None
+) -> None:
     """Class 6 before autodiff: a write with grad into private storage the pass keeps in place
     (a later no-grad write into it, a view it cannot replay), by an op whose backward reads the
     destination's old value (``sin_``, ``mul_(w)``).  Thunder differentiates the in-place op as
     if that value were the new one: the gradient would be silently wrong, plain Thunder's too.
     Storage that goes functional never gets here (its writes are values by now)."""
-    bsyms, info = stripped_storage(after)
+    bsyms, info = placed or stripped_storage(after)
     for b in bsyms:
         effect = effect_of(b)
         name = str(b.sym.name)
@@ -180,24 +183,27 @@ def differentiable_names(trace: TraceCtx) -> set[str]:
     return names
 
 
-def refuse_returned_input_with_new_history(trace: TraceCtx, diff: set[str]) -> None:
+def refuse_returned_input_with_new_history(
+    trace: TraceCtx, diff: set[str], placed: tuple[list[BoundSymbol], AliasInfo] | None = None
+) -> None:
     """Refuse returning an input that does not require grad after writing a differentiable value into it.
 
     Thunder hands such an output back as the input tensor itself, which has no autograd
     history, so eager's gradient (through the write) would silently be lost.  A view of the
     input (``a[0]``) is a new tensor, which Thunder returns with the write's history: not refused.
+    ``placed``: :func:`stripped_storage` of ``trace``, where the caller has it already.
     """
-    ret = trace.bound_symbols[-1] if trace.bound_symbols else None
+    bsyms, info = placed or stripped_storage(trace)
+    ret = bsyms[-1] if bsyms else None
     if ret is None or not is_return(ret) or not ret.args or not isinstance(ret.args[0], dict):
         return
-    info = storage_groups(trace.bound_symbols, input_names(trace))
     plain_inputs = {
         info.group_of(a): a for a in trace.args if isinstance(a, TensorProxy) and not a.requires_grad
     }
     # A group one of whose versions was written with gradients keeps that history in eager even
     # after a later write made without grad (``b.copy_(a); with no_grad: b.lerp_(a, 0.1)``).
     with_history = {g for g, names in info.groups.members().items() if any(n in diff for n in names)}
-    whole = _whole_input_versions(trace)
+    whole = _whole_input_versions(bsyms, input_names(trace))
     for out in tree_flatten(ret.args[0].get("output"))[0]:
         if (
             isinstance(out, TensorProxy)
@@ -205,9 +211,7 @@ def refuse_returned_input_with_new_history(trace: TraceCtx, diff: set[str]) -> N
             and (out.name in diff or info.group_of(out) in with_history)
             and info.group_of(out) in plain_inputs
         ):
-            writer = next(
-                (b for b in trace.bound_symbols if any(p.name == out.name for p in b.flat_proxy_outs)), ret
-            )
+            writer = next((b for b in bsyms if any(p.name == out.name for p in b.flat_proxy_outs)), ret)
             raise ViewGradientError(
                 f"the output `{out.name}` is the input `{plain_inputs[info.group_of(out)].name}` (which does not "
                 "require grad) after an in-place write of a value that does; Thunder returns the input tensor "
@@ -217,14 +221,11 @@ def refuse_returned_input_with_new_history(trace: TraceCtx, diff: set[str]) -> N
             )
 
 
-def _whole_input_versions(trace: TraceCtx) -> set[str]:
-    """Names that are a trace input itself: the input, and what in-place ops on it and barriers
-    return for it (not its views)."""
-    whole = set(input_names(trace))
-    for b in trace.bound_symbols:
-        if is_barrier(b):
-            whole.update(o.name for i, o in zip(tensor_args(b), tensor_outs(b)) if i.name in whole)
-            continue
+def _whole_input_versions(bsyms: Sequence[BoundSymbol], inputs: Sequence[str]) -> set[str]:
+    """Names that are a trace input itself (barriers stripped): the input, and what in-place ops
+    on it return for it (not its views)."""
+    whole = set(inputs)
+    for b in bsyms:
         effect = effect_of(b)
         whole.update(o.name for o, a in effect.aliases if a.name in whole and any(a is w for w in effect.writes))
     return whole
