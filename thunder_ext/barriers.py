@@ -78,6 +78,7 @@ from thunder_ext.op_kinds import (
     is_copy,
     is_copy_composite,
     is_return,
+    returned_data,
     tensor_args,
     tensor_outs,
     view_kind,
@@ -1221,7 +1222,6 @@ def _unfuse_dying_slice_writes(out: list[BoundSymbol], sources: dict[str, str], 
     from thunder.executors.torchex import ex as torchex
 
     from thunder_ext.functionalize import _claim
-    from thunder_ext.reinplace import _returned_data
 
     made_at = {p.name: k for k, b in enumerate(out) for p in b.flat_proxy_outs}
     for src, x in sources.items():
@@ -1239,7 +1239,7 @@ def _unfuse_dying_slice_writes(out: list[BoundSymbol], sources: dict[str, str], 
             writes = effect_of(b).writes
             if is_barrier(b) or (writes and through.get(writes[0].name, writes[0].name) == x):
                 continue
-            names = _returned_data(b) if is_return(b) else {a.name for a in tensor_args(b)}
+            names = returned_data(b) if is_return(b) else {a.name for a in tensor_args(b)}
             if any(through.get(n, n) == x for n in names):
                 late = True
                 break

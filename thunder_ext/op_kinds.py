@@ -90,6 +90,20 @@ def is_return(bsym: BoundSymbol) -> bool:
     return bsym.sym.id == PrimIDs.RETURN
 
 
+def returned_data(ret: BoundSymbol) -> set[str]:
+    """Names a return hands back as data: all it reads except its ``flat_args`` entry, which
+    names the inputs themselves (Thunder unwraps it, or collects gradients by those names)."""
+    from thunder.core.pytree import tree_flatten
+
+    def names(x) -> set[str]:
+        return {p.name for p in tree_flatten(x)[0] if isinstance(p, TensorProxy)}
+
+    out: set[str] = set()
+    for a in ret.args:
+        out |= names({k: v for k, v in a.items() if k != "flat_args"} if isinstance(a, dict) else a)
+    return out
+
+
 def is_barrier(bsym: BoundSymbol) -> bool:
     return PrimIDs.UPDATE_ALIASES in origin_ids(bsym)
 

@@ -82,6 +82,7 @@ from thunder.core.utils import consumers, producers
 from thunder.executors.torchex import ex as torchex
 
 from thunder_ext.alias_analysis import input_names, storage_groups
+from thunder_ext.op_kinds import returned_data
 
 # torch.nn.functional ops whose ``inplace=True`` form writes into their first argument.
 _INPLACE_FLAG: dict[str, Callable] = {
@@ -614,21 +615,6 @@ def _epilogue_chain(c: BoundSymbol, prods) -> tuple[BoundSymbol, TensorProxy] | 
     return None
 
 
-def _returned_data(ret: BoundSymbol) -> set[str]:
-    """Names a return hands back as data: all it reads except its ``flat_args`` entry, which
-    names the inputs themselves (Thunder unwraps it, or collects gradients by those names)."""
-    from thunder.core.pytree import tree_flatten
-
-    def names(x) -> set[str]:
-        return {p.name for p in tree_flatten(x)[0] if isinstance(p, TensorProxy)}
-
-    out: set[str] = set()
-    for a in ret.args:
-        if isinstance(a, dict):
-            out |= names({k: v for k, v in a.items() if k != "flat_args"})
-        else:
-            out |= names(a)
-    return out
 
 
 def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]:
@@ -707,7 +693,7 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
                 readers = []
             for r in readers:
                 k = position[id(r)]
-                if r is c or k < i or (r is p and m == x.name) or (is_return(r) and m not in _returned_data(r)):
+                if r is c or k < i or (r is p and m == x.name) or (is_return(r) and m not in returned_data(r)):
                     continue
                 late = True
         if late or _written_after(t0, j, bsyms):
