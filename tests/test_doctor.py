@@ -18,7 +18,7 @@ import torch
 import thunder_ext
 from thunder_ext.cli import check_main, parse_input_spec
 from thunder_ext.doctor import CheckReport, check
-from thunder_ext.testing.gallery import grad_through_view_of_input, war_long_chain
+from thunder_ext.testing.gallery import returned_input_written_with_grad, war_long_chain
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -110,10 +110,10 @@ def test_html_is_escaped():
 
 
 def test_refused_construct_is_reported_refused_and_unsafe():
-    # Class 5 on an input's storage (on private storage it is made functional, not refused).
+    # Class 5: the caller's tensor returned after a write with grad (anywhere else it is a value).
     (a,) = _inputs((4, 3))
     (w,) = _inputs((3,), grad=True)
-    r = check(grad_through_view_of_input, a, w)
+    r = check(returned_input_written_with_grad, a, w)
     for row in r.transform_rows:
         assert row.result == "refused"
         assert "ViewGradientError" in row.detail
@@ -243,7 +243,7 @@ def test_cli_exit_status_follows_report_safe(monkeypatch, capsys):
     from thunder_ext import doctor
 
     a, w = _inputs((4, 3), (3,))
-    unsafe = check(grad_through_view_of_input, a, w.requires_grad_(), fusion_type="dataflow")
+    unsafe = check(returned_input_written_with_grad, a, w.requires_grad_(), fusion_type="dataflow")
     assert not unsafe.safe
     monkeypatch.setattr(doctor, "check", lambda *a, **k: unsafe)
     assert check_main(["thunder_ext.testing.gallery:war_long_chain", "-i", "3,float32", "-i", "3,float32"]) == 1

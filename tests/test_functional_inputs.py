@@ -71,6 +71,35 @@ def old_value_read_after(x, w):
     return z * w
 
 
+# Inputs that require no grad, written with values that carry one: the writes are values too,
+# and autodiff sees only values (class 5 and class 6 on inputs, answered).
+def scaled_by_a_gradient_value(x, w):
+    x.mul_(w)  # w's gradient reads x's old value: cloned before the epilogue (thunder_ext.saved_values)
+    return (x.t(),)
+
+
+def view_read_after_a_gradient_write(x, w):
+    v = x[0]
+    x.copy_(w * 2)
+    return v * 3
+
+
+def slice_add_of_a_gradient_value(x, w):
+    v = x[:2]
+    v.add_(w[:2])
+    return x * 2
+
+
+def divided_by_a_gradient_value_twice(x, w):
+    x.div_(w + 2)  # both backwards read x as it was before each write
+    x[1:].div_(w[1:] + 3)
+    return x.sum(0), w * 2
+
+
+_GRADIENT_VALUES = ("scaled_by_a_gradient_value", "view_read_after_a_gradient_write", "slice_add_of_a_gradient_value",
+                    "divided_by_a_gradient_value_twice")  # fmt: skip
+
+
 def _randn(g, *shape, grad=False):
     return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_(grad)
 
@@ -88,6 +117,8 @@ def _build(name):
             args = (pred, target, torch.zeros(()), torch.zeros(()))
         elif name == "read_before_and_after":
             args = (_randn(g, 3, 4), _randn(g, 3, grad=True))
+        elif name in _GRADIENT_VALUES:
+            args = (_randn(g, 3, 4), _randn(g, 3, 4, grad=True))
         elif name in ("strided_scale_then_matmul", "read_then_strided_scale"):
             args = (_randn(g, 3, 4), _randn(g, 4, 2, grad=True))
         else:
@@ -108,6 +139,10 @@ PROGRAMS = {
         several_writes_and_views,
         returns_written_input,
         old_value_read_after,
+        scaled_by_a_gradient_value,
+        view_read_after_a_gradient_write,
+        slice_add_of_a_gradient_value,
+        divided_by_a_gradient_value_twice,
     )
 }
 
@@ -124,6 +159,32 @@ def test_read_then_strided_scale_was_refused_where_plain_is_right():
     refused it before inputs became values (``SavedTensorMutationError``)."""
     verdict = differential(_build("read_then_strided_scale"), PLAIN_HAZARD)
     assert verdict.status == "correct", f"{verdict.status}: {verdict.detail}"
+
+
+@pytest.mark.parametrize("name", _GRADIENT_VALUES)
+def test_gradient_values_into_plain_inputs_were_refused_and_plain_thunder_is_wrong(name):
+    """Evidence for the four cases above: plain Thunder gets them wrong or fails, and the
+    transform refused them (ViewGradientError, SavedTensorMutationError) while such inputs kept
+    their writes in place."""
+    verdict = differential(_build(name), PLAIN_HAZARD)
+    assert verdict.status in ("wrong", "crash"), f"{verdict.status}: {verdict.detail}"
+
+
+def test_old_values_the_backward_reads_are_cloned_once_and_reported():
+    """``a.mul_(b)`` as a value: ``b``'s gradient reads ``a`` as it was, and the epilogue
+    overwrites ``a`` before the backward runs; the fusion stage clones it first, and says so."""
+    from thunder_ext import last_reports
+
+    fn, args, _ = _build("scaled_by_a_gradient_value")()
+    jf = _compile(fn)
+    jf(*args)
+    reports = last_reports(jf)[0]
+    assert reports.before_autodiff.functional_inputs == ["x"]
+    assert reports.fusion_stage.saved_old_values == ["x"]
+    fn, args, _ = _build("view_read_after_a_gradient_write")()
+    jf = _compile(fn)
+    jf(*args)
+    assert last_reports(jf)[0].fusion_stage.saved_old_values == []  # nothing saved reads x's old value
 
 
 def _compile(fn, **kw):

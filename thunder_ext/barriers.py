@@ -93,6 +93,7 @@ from thunder_ext.remat_guard import (
     partitioning_fusers,
     unguarded_writes,
 )
+from thunder_ext.saved_values import keep_old_values_for_backward
 from thunder_ext.stage_config import StageConfig
 
 
@@ -132,6 +133,9 @@ class BarrierReport:
     functional_inputs: list[str] = field(default_factory=list)
     kept_inputs: dict[str, str] = field(default_factory=dict)
     epilogue_writes: dict[str, BoundSymbol] = field(default_factory=dict)  # input -> its epilogue copy_
+    # Old values of epilogue inputs the backward reads, cloned where they are made (fusion stage;
+    # thunder_ext.saved_values): the copies a correct gradient costs.
+    saved_old_values: list[str] = field(default_factory=list)
     # Witnesses left out because they carry gradients (before autodiff; see place_barriers).
     dropped_witnesses: int = 0
     stripped: int = 0
@@ -1279,7 +1283,8 @@ def _pipeline(trace: TraceCtx, config: StageConfig, pruned: tuple[BoundSymbol, .
     1. strip: every barrier goes, its outputs renamed back to its inputs (:func:`strip_barriers`);
     2. dce: what only a stripped barrier read;
     3. functionalize: writes become values, written inputs get their epilogue ``copy_``
-       (:mod:`thunder_ext.functionalize`);
+       (:mod:`thunder_ext.functionalize`); at the fusion stage, an old value of such an input that
+       the backward reads is cloned where it is made (:mod:`thunder_ext.saved_values`);
     4. fallback barriers on what is left (:class:`_Placer`), and 5. dead in-place writes removed
        (:mod:`thunder_ext.dead_writes`), repeated until nothing is dead; where a dead write kept
        storage in place, the pipeline starts again once without it;
@@ -1297,6 +1302,7 @@ def _pipeline(trace: TraceCtx, config: StageConfig, pruned: tuple[BoundSymbol, .
     new_trace = from_trace(trace)
     effects: dict = {}  # the effects of bsyms analysed more than once (see storage_groups)
     stripped, freport, dead_functional = _functionalize(trace, new_trace, stripped, config, effects)  # 3
+    stripped, saved = keep_old_values_for_backward(trace, new_trace, stripped, config, effects)
     options = PlacementOptions(
         new_trace=new_trace,
         inputs=frozenset(input_names(trace)),
@@ -1321,6 +1327,7 @@ def _pipeline(trace: TraceCtx, config: StageConfig, pruned: tuple[BoundSymbol, .
         report.functional_inputs, report.kept_inputs = freport.functional_inputs, freport.kept_inputs
         report.epilogue_writes = freport.epilogue_writes
     report.stripped = nstripped
+    report.saved_old_values = saved
     new_trace.bound_symbols = out
     report.seconds = time.perf_counter() - start
     new_trace.set_provenance(

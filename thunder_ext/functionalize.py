@@ -14,9 +14,9 @@ effect a caller can see, except through later reads inside the trace, so
 * a view of the base read after a write is re-derived from the new base (view replay): its
   view op is called again on the current value.
 
-With :class:`InputPolicy` ``enabled`` (before autodiff), an input that no gradient flows
-through (a buffer, a cache, a metric's state: neither it, nor what is made from it or written
-into it, nor what such a write reads, carries one) is treated the same way, its base being the
+With :class:`InputPolicy` ``enabled`` (before autodiff), an input that does not require grad
+(a buffer, a cache, a metric's state, or a tensor written with a value that carries a gradient,
+unless the return hands back the input itself) is treated the same way, its base being the
 input itself, and gets its final value back from one *epilogue* ``copy_`` just before the
 return, under the source line of its last write; the return reads the copy's output.  Before
 (``y = x.sum(); x.add_(1); return y + x.sum()``)::
@@ -89,7 +89,7 @@ from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import storage_groups
 from thunder_ext.overlap import find_overlaps, is_plain_copy
-from thunder_ext.op_kinds import effect_of, is_copy, is_return, origin_ids, tensor_args, tensor_outs, writes_with_grad
+from thunder_ext.op_kinds import effect_of, is_copy, is_return, origin_ids, returned_data, tensor_args, tensor_outs, writes_with_grad
 
 PrimIDs = prims.PrimIDs
 
@@ -341,10 +341,13 @@ class _Functionalizer:
         """Written input groups whose writes can become values (group -> its input); the others
         are noted in ``report.kept_inputs`` with the reason, and keep their writes and barriers.
 
-        Only storage no gradient flows through: neither the input, nor anything made from it or
-        written into it, nor anything a write into it reads.  Autodiff then never sees the group,
-        so its values cannot change a gradient; with gradients, the writes stay (class 9, the
-        straight-through barrier)."""
+        Not an input that requires grad: its writes stay (class 9, the straight-through barrier).
+        A value written that carries a gradient is fine: autodiff then sees values only, and an
+        old value the backward reads is cloned at the fusion stage (:mod:`thunder_ext.saved_values`).
+        But not when the return hands back the input itself after such a write: Thunder returns
+        the caller's tensor, without the write's history, which the refusal of class 5 names; nor
+        when an op that is not a write reads the input for a gradient before a write, where eager's
+        backward raises (its saved tensor was modified), and the in-place form is refused alike."""
         info = self.info
         members = info.groups.members()
         out: dict[str, TensorProxy] = {}
@@ -353,21 +356,30 @@ class _Functionalizer:
             for w in e.writes:
                 writers.setdefault(info.group_of(w), []).append(i)
         last_read: dict[str, int] = {}
-        for i, b in enumerate(self.bsyms):
+        first_grad_read: dict[str, int] = {}  # group -> first op (not a write, not a view) reading it for a gradient
+        for i, (b, e) in enumerate(zip(self.bsyms, info.effects)):
             if not is_return(b):
                 for p in tensor_args(b):
                     if p.name in info.groups:
                         last_read[info.group_of(p)] = i
+                        if not (e.writes or e.aliases) and any(o.name in self.differentiable for o in tensor_outs(b)):
+                            first_grad_read.setdefault(info.group_of(p), i)
         for g in sorted(info.mutated_groups & info.input_groups):
             names = members.get(g, ())
             ins = [n for n in names if n in info.inputs]
             why = None
             if len(ins) != 1 or ins[0] in self.aliased_inputs:
                 why = "inputs that share storage (class 7)"
-            elif any(n in self.differentiable for n in names) or any(
-                a.name in self.differentiable for i in writers[g] for a in tensor_args(self.bsyms[i])
-            ):
+            elif ins[0] in self.differentiable:
                 why = "gradients flow through it"
+            elif self.returned_whole(g) and (any(n in self.differentiable for n in names) or any(
+                a.name in self.differentiable for i in writers[g] for a in tensor_args(self.bsyms[i])
+            )):
+                why = "returned itself after a write of a value gradients flow through"
+            elif g in first_grad_read and writers[g][-1] > first_grad_read[g]:
+                # ``y = x * w; x.add_(1)``: eager saves ``x`` for ``w``'s gradient and refuses the
+                # backward after the write; in place, the transform refuses it the same way (class 6).
+                why = "read for a gradient before a later write (eager refuses that backward)"
             elif self.epilogue_form(g, writers[g], last_read):
                 continue  # already one copy_ at the end: nothing to do, and applying the pass twice changes nothing
             if why is not None:
@@ -375,6 +387,16 @@ class _Functionalizer:
                 continue
             out[g] = self.proxy_named(ins[0])
         return out
+
+    def returned_whole(self, g: str) -> bool:
+        """The return reads the group's input itself, or what an in-place op on it returns."""
+        info = self.info
+        whole = {n for n in info.inputs if info.group_of(n) == g}
+        for b, e in zip(self.bsyms, info.effects):
+            if is_return(b):
+                return bool(returned_data(b) & whole)
+            whole.update(o.name for o, a in e.aliases if a.name in whole and any(a is w for w in e.writes))
+        return False
 
     def epilogue_form(self, g: str, writes: list[int], last_read: dict[str, int]) -> bool:
         """The group's one write is a whole-input ``copy_`` that nothing but the return reads after."""
@@ -440,8 +462,8 @@ class _Functionalizer:
             value = self.cur[g][_BASE]
             if value.name == x.name:
                 continue  # every write was dead
-            # No gradient flows through a functional input (functional_input_candidates): the
-            # write-back is no autodiff edge, as a write under no_grad is not.
+            # The caller's tensor receives the value, not its history (functional_input_candidates):
+            # the write-back is no autodiff edge, as a write under no_grad is not.
             bsyms, out = self.record(lambda: prims.copy_(value, x, grad_enabled=False))
             # Under the user's source line of the input's last write: refusals and reports name it.
             self.emit(bsyms, self.last_write_of.get(g, ret))

@@ -57,6 +57,9 @@ def _input_lines(report) -> list[str]:
         lines.append(f"inputs written as values, then copied back once at the end: {names}")
     for name, why in getattr(report, "kept_inputs", {}).items():
         lines.append(f"input `{name}` written in place (the fallback): {why}")
+    if getattr(report, "saved_old_values", None):
+        names = ", ".join(f"`{n}`" for n in report.saved_old_values)
+        lines.append(f"old value(s) of written inputs the backward reads, copied once: {names}")
     return lines
 
 

@@ -316,13 +316,18 @@ def diffusers_resnet_block(x, gn_w, gn_b, conv_w, conv_b):
     return x + h
 
 
-# -- refused: class 5 on observable storage -----------------------------------------------------
+# -- class 5 on observable storage: answered through values, refused where the caller's tensor is returned
 
 
 def grad_through_view_of_input(a, w):
     v = a[0]  # a view of an input that does not require grad
     a.mul_(w)  # gives the input history through w
     return v
+
+
+def returned_input_written_with_grad(a, w):
+    a.mul_(w)  # gives the input history through w
+    return a  # Thunder returns the caller's tensor, which cannot carry that history
 
 
 def _plain(fn, *shapes, grad=False):
@@ -416,7 +421,10 @@ PROGRAMS: tuple[Program, ...] = (
     Program("war_long_chain_grad", _grad_inputs(war_long_chain, [((4, 3), False), ((4, 3), True)]), "6 refused", grad=True,
             refused=True),
     Program("grad_through_view_of_input", _grad_inputs(grad_through_view_of_input, [((4, 3), False), ((3,), True)]),
-            "5 refused", grad=True, refused=True),
+            "5 input, values", grad=True, plain_fails=True),
+    Program("returned_input_written_with_grad",
+            _grad_inputs(returned_input_written_with_grad, [((4, 3), False), ((3,), True)]), "5 refused", grad=True,
+            refused=True),
     Program("rotary_cache_refresh", _rotary_build, "buffer slice write", grad=True),
     Program(
         "strided_input_scale", _grad_inputs(strided_input_scale, [((4, 4), False), ((4, 3), True)]),
