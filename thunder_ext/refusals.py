@@ -52,8 +52,12 @@ def refuse_unsupported_gradients(
     nvfuser_may_run: bool = False,
     inductor: bool = False,
     stripped: tuple[list[BoundSymbol], AliasInfo] | None = None,
+    graph_module: bool = False,
 ) -> None:
     """Raise for the first unsupported construct; ``after`` is the barrier pass's output for ``before``.
+
+    ``graph_module``: the compiled function is an FX graph (ThunderFX), whose caller may hand a
+    written input back itself (:func:`refuse_plain_input_history_under_thunderfx`).
 
     ``stripped``: :func:`stripped_storage` of ``before``, where the caller has it already.
     ``inductor``: ``torch_compile_ex`` is among the executors (AOT autograd refuses a region that
@@ -62,6 +66,8 @@ def refuse_unsupported_gradients(
     refuse_view_gradients(report, diff, frozenset() if inductor else frozenset(input_names(before)))
     placed = stripped_storage(after)  # one analysis of the placed trace, for the two checks that read it
     refuse_returned_input_with_new_history(after, diff, placed)
+    if graph_module:
+        refuse_plain_input_history_under_thunderfx(before, diff, stripped or stripped_storage(before))
     stripped = stripped or stripped_storage(before)  # the class-9 checks and the overwrite check read it
     refuse_gradless_overwrite(before, diff, stripped)
     refuse_kept_writes_whose_backward_reads_the_old_value(after, diff, placed)
@@ -219,6 +225,35 @@ def refuse_returned_input_with_new_history(
                 writer,
                 ret,
             )
+
+
+def refuse_plain_input_history_under_thunderfx(
+    trace: TraceCtx, diff: set[str], stripped: tuple[list[BoundSymbol], AliasInfo]
+) -> None:
+    """Under ThunderFX, refuse writing a value that carries a gradient into an input that does not.
+
+    Dynamo returns a graph input that the user's function returns (or that code after the graph
+    reads) itself, from outside the graph: the FX graph Thunder compiles does not return it
+    (``a.mul_(w); return a`` is a graph returning nothing).  So the check on the return that
+    ``thunder.jit`` makes (:func:`refuse_returned_input_with_new_history`) cannot see it, and
+    the caller would get its tensor without the history eager gives it, silently.
+    """
+    bsyms, info = stripped
+    plain = {info.group_of(a) for a in trace.args if isinstance(a, TensorProxy) and not a.requires_grad}
+    for b in bsyms:
+        effect = effect_of(b)
+        for w in effect.writes:
+            if info.group_of(w) not in plain or not writes_with_grad(b):
+                continue
+            if any(o.name in diff for o, a in effect.aliases if a.name == w.name):
+                raise ViewGradientError(
+                    f"`{w.name}` (storage of an input that does not require grad) is written in place with a "
+                    "value that does. Under ThunderFX, Dynamo hands the input itself back to the caller, and to "
+                    "the code after the compiled graph, without the gradient history eager gives it. Write into "
+                    f"a clone (`{w.name} = {w.name}.clone()`), or write a detached value if no gradient should "
+                    "reach it",
+                    b,
+                )
 
 
 def _whole_input_versions(bsyms: Sequence[BoundSymbol], inputs: Sequence[str]) -> set[str]:

@@ -48,6 +48,8 @@ def keep_old_values_for_backward(
     and the names of the values cloned.  ``new_trace`` names the clones."""
     if not config.epilogue_inputs or config.executors is None:
         return bsyms, []
+    if not any(has_tags(b, {BoundSymbolTag.BACKWARD}) for b in bsyms):
+        return bsyms, []  # no backward, nothing to save: no alias analysis either
     inputs = input_names(trace)
     info = storage_groups(bsyms, inputs, config.aliased_inputs, cache=effects)
     epilogue_at: dict[str, int] = {}  # group -> index of its epilogue copy_

@@ -57,6 +57,7 @@ class StageConfig:
     remat_guard: bool = False
     comment: bool = True  # each barrier gets a header saying why it is there
     nvfuser_may_run: bool | None = None  # overrides what the executors say (None: they decide)
+    graph_module: bool = False  # the compiled function is an FX graph (ThunderFX)
 
     @property
     def write_barriers(self) -> bool:
@@ -76,6 +77,13 @@ def _executors(cd) -> tuple[Executor, ...] | None:
     return tuple(executors) if executors is not None else None
 
 
+def _is_graph_module(cd) -> bool:
+    """The compilation's function is an FX graph: ThunderFX compiles Dynamo's subgraphs so."""
+    import torch.fx
+
+    return isinstance(getattr(cd, "fn", None), torch.fx.GraphModule)
+
+
 def before_autodiff(cd, *, differentiable: frozenset[str], aliased_inputs: tuple[frozenset[str], ...], comment: bool) -> StageConfig:
     """The computation trace's stage: nothing claimed yet, writes to inputs no gradient flows
     through made values (:class:`thunder_ext.functionalize.InputPolicy`)."""
@@ -86,6 +94,7 @@ def before_autodiff(cd, *, differentiable: frozenset[str], aliased_inputs: tuple
         aliased_inputs=aliased_inputs,
         functional_inputs=InputPolicy(enabled=True),
         comment=comment,
+        graph_module=_is_graph_module(cd),
     )
 
 

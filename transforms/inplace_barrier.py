@@ -80,7 +80,7 @@ class InplaceBarrierTransform(thunder.Transform):
                 refuse_unsupported_gradients(
                     computation_trace, new, report, set(config.differentiable),
                     nvfuser_may_run=bool(has_nvfuser(config.compilation_executors)), inductor=config.inductor,
-                    stripped=stripped,
+                    stripped=stripped, graph_module=config.graph_module,
                 )  # fmt: skip
         except InplaceOrderingError as e:
             log_refusal("before autodiff", e)
