@@ -48,6 +48,8 @@ def test_no_barrier_left_outside_fusion_regions(prog, config):
     run still matches eager (outputs, inputs after the call and after the backward, gradients)."""
     if config.entry == "thunderfx" and prog.name == "autograd_function_inplace" and ARGS_TENSOR_MASK_FAILS:
         pytest.xfail(ARGS_TENSOR_MASK)
+    if prog.refused_in(config.entry):
+        pytest.skip("refused through this entry (test_catalogue checks the refusal)")
     verdict = differential(prog.build, config, eager=reference_outcome(prog, prog.build))
     assert verdict.status == "correct", verdict.detail
     compiled = verdict.outcome.compiled
