@@ -84,7 +84,7 @@ from thunder_ext.op_kinds import (
     view_kind,
     writes_with_grad,
 )
-from thunder_ext.functionalize import InputPolicy
+from thunder_ext.functionalize import InputPolicy, functionalize
 from thunder_ext.remat_guard import (
     BarrierSymbols,
     barrier_symbols,
@@ -1346,7 +1346,6 @@ def _functionalize(trace, new_trace, bsyms, config: StageConfig, effects: dict):
     its report (None when ``config.functional`` is off), and the rewritten writes whose value
     nothing reads (dead in-place ops, which ``dce`` removed with their values)."""
     from thunder_ext.dead_writes import remove_bsyms
-    from thunder_ext.functionalize import functionalize
 
     if not config.functional:
         return bsyms, None, []

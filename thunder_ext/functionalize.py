@@ -89,7 +89,17 @@ from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import storage_groups
 from thunder_ext.overlap import find_overlaps, is_plain_copy
-from thunder_ext.op_kinds import effect_of, is_copy, is_return, origin_ids, returned_data, tensor_args, tensor_outs, writes_with_grad
+from thunder_ext.op_kinds import (
+    effect_of,
+    is_copy,
+    is_return,
+    origin_ids,
+    returned_data,
+    tensor_args,
+    tensor_outs,
+    whole_tensor_versions,
+    writes_with_grad,
+)
 
 PrimIDs = prims.PrimIDs
 
@@ -364,6 +374,9 @@ class _Functionalizer:
                         last_read[info.group_of(p)] = i
                         if not (e.writes or e.aliases) and any(o.name in self.differentiable for o in tensor_outs(b)):
                             first_grad_read.setdefault(info.group_of(p), i)
+        # Groups whose input the return hands back itself (the input, or an in-place op's output on it).
+        whole = whole_tensor_versions(self.bsyms, info.inputs, info.effects)
+        returned_whole = {info.group_of(n) for b in self.bsyms if is_return(b) for n in returned_data(b) & whole}
         for g in sorted(info.mutated_groups & info.input_groups):
             names = members.get(g, ())
             ins = [n for n in names if n in info.inputs]
@@ -372,7 +385,7 @@ class _Functionalizer:
                 why = "inputs that share storage (class 7)"
             elif ins[0] in self.differentiable:
                 why = "gradients flow through it"
-            elif self.returned_whole(g) and (any(n in self.differentiable for n in names) or any(
+            elif g in returned_whole and (any(n in self.differentiable for n in names) or any(
                 a.name in self.differentiable for i in writers[g] for a in tensor_args(self.bsyms[i])
             )):
                 why = "returned itself after a write of a value gradients flow through"
@@ -387,16 +400,6 @@ class _Functionalizer:
                 continue
             out[g] = self.proxy_named(ins[0])
         return out
-
-    def returned_whole(self, g: str) -> bool:
-        """The return reads the group's input itself, or what an in-place op on it returns."""
-        info = self.info
-        whole = {n for n in info.inputs if info.group_of(n) == g}
-        for b, e in zip(self.bsyms, info.effects):
-            if is_return(b):
-                return bool(returned_data(b) & whole)
-            whole.update(o.name for o, a in e.aliases if a.name in whole and any(a is w for w in e.writes))
-        return False
 
     def epilogue_form(self, g: str, writes: list[int], last_read: dict[str, int]) -> bool:
         """The group's one write is a whole-input ``copy_`` that nothing but the return reads after."""

@@ -104,6 +104,16 @@ def returned_data(ret: BoundSymbol) -> set[str]:
     return out
 
 
+def whole_tensor_versions(bsyms, names, effects=None) -> set[str]:
+    """``names`` and every name an in-place op on one of them returns for it: the same tensor
+    after the write, not a view of it.  ``effects``: the bsyms' effects, where known already."""
+    whole = set(names)
+    for k, b in enumerate(bsyms):
+        effect = effects[k] if effects is not None else effect_of(b)
+        whole.update(o.name for o, a in effect.aliases if a.name in whole and any(a is w for w in effect.writes))
+    return whole
+
+
 def is_barrier(bsym: BoundSymbol) -> bool:
     return PrimIDs.UPDATE_ALIASES in origin_ids(bsym)
 

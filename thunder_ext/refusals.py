@@ -40,7 +40,17 @@ from thunder_ext.errors import (
     SavedTensorMutationError,
     ViewGradientError,
 )
-from thunder_ext.op_kinds import copies_without_grad, effect_of, is_barrier, is_copy, is_return, tensor_args, tensor_outs, writes_with_grad
+from thunder_ext.op_kinds import (
+    copies_without_grad,
+    effect_of,
+    is_barrier,
+    is_copy,
+    is_return,
+    tensor_args,
+    tensor_outs,
+    whole_tensor_versions,
+    writes_with_grad,
+)
 
 
 def refuse_unsupported_gradients(
@@ -66,9 +76,9 @@ def refuse_unsupported_gradients(
     refuse_view_gradients(report, diff, frozenset() if inductor else frozenset(input_names(before)))
     placed = stripped_storage(after)  # one analysis of the placed trace, for the two checks that read it
     refuse_returned_input_with_new_history(after, diff, placed)
+    stripped = stripped or stripped_storage(before)  # the class-9, overwrite and ThunderFX checks read it
     if graph_module:
-        refuse_plain_input_history_under_thunderfx(before, diff, stripped or stripped_storage(before))
-    stripped = stripped or stripped_storage(before)  # the class-9 checks and the overwrite check read it
+        refuse_plain_input_history_under_thunderfx(before, diff, stripped)
     refuse_gradless_overwrite(before, diff, stripped)
     refuse_kept_writes_whose_backward_reads_the_old_value(after, diff, placed)
     independent = refuse_written_grad_inputs(before, stripped)
@@ -209,7 +219,7 @@ def refuse_returned_input_with_new_history(
     # A group one of whose versions was written with gradients keeps that history in eager even
     # after a later write made without grad (``b.copy_(a); with no_grad: b.lerp_(a, 0.1)``).
     with_history = {g for g, names in info.groups.members().items() if any(n in diff for n in names)}
-    whole = _whole_input_versions(bsyms, input_names(trace))
+    whole = whole_tensor_versions(bsyms, input_names(trace), info.effects)
     for out in tree_flatten(ret.args[0].get("output"))[0]:
         if (
             isinstance(out, TensorProxy)
@@ -256,16 +266,6 @@ def refuse_plain_input_history_under_thunderfx(
                 )
 
 
-def _whole_input_versions(bsyms: Sequence[BoundSymbol], inputs: Sequence[str]) -> set[str]:
-    """Names that are a trace input itself (barriers stripped): the input, and what in-place ops
-    on it return for it (not its views)."""
-    whole = set(inputs)
-    for b in bsyms:
-        effect = effect_of(b)
-        whole.update(o.name for o, a in effect.aliases if a.name in whole and any(a is w for w in effect.writes))
-    return whole
-
-
 def refuse_gradless_overwrite(
     trace: TraceCtx, diff: set[str], stripped: tuple[list[BoundSymbol], AliasInfo] | None = None
 ) -> None:
@@ -280,10 +280,9 @@ def refuse_gradless_overwrite(
     """
     # Without barriers, every proxy has its traced name, which is what ``diff`` knows.
     bsyms, info = stripped or stripped_storage(trace)
-    whole = set(info.inputs)  # inputs and the outputs of in-place ops on a whole input: the caller's tensor
+    whole = whole_tensor_versions(bsyms, info.inputs, info.effects)  # the caller's tensors, before and after writes
     for i, bsym in enumerate(bsyms):
-        effect = effect_of(bsym)
-        whole.update(o.name for o, a in effect.aliases if a.name in whole and any(a is w for w in effect.writes))
+        effect = info.effects[i]
         if not (is_copy(bsym) or bsym.sym.id == "torch.Tensor.copy_"):
             continue
         dests = {w.name for w in effect.writes}

@@ -37,6 +37,7 @@ from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
 from thunder.core.trace import TraceCtx, tracectx
 
 from thunder_ext.alias_analysis import input_names, storage_groups
+from thunder_ext.functionalize import _claim
 from thunder_ext.op_kinds import effect_of, is_copy, tensor_args
 from thunder_ext.stage_config import StageConfig
 
@@ -88,8 +89,6 @@ def keep_old_values_for_backward(
                 new_trace.push_scope([])
                 saved = ltorch.clone(p)
                 made = new_trace.pop_scope()
-            from thunder_ext.functionalize import _claim
-
             made = _claim(trace, made, config.executors)
             clones.setdefault(at, []).extend(
                 m.from_bsym(source_filename=like.source_filename, source_positions=like.source_positions) for m in made

@@ -16,6 +16,8 @@ policy               on when
                      Inductor mishandles writes into inputs, and the epilogue stays out of
                      them (``barriers._Placer.split_for_torch_compile``,
                      ``barriers.unfuse_epilogue``)
+``nvfuser``          nvFuser is known to be among the executors: the refusals of writes
+                     through views of inputs that require grad (``refusals``)
 ``remat_guard``      the fusion stage, where fusion executors rematerialize
                      (:mod:`thunder_ext.remat_guard`)
 ``dataflow``         ``fusion_type="dataflow"``: Thunder's partitioner is run on the result
@@ -43,7 +45,6 @@ class StageConfig:
     (the same list at the fusion stage; known before autodiff too, when compile data exists).
     """
 
-    stage: str = "trace"  # "before autodiff", "fusion stage", or "trace" for a direct call
     executors: tuple[Executor, ...] | None = None
     compilation_executors: tuple[Executor, ...] | None = None
     dataflow: bool = False
@@ -67,6 +68,11 @@ class StageConfig:
         return has_nvfuser(self.compilation_executors) is not False
 
     @property
+    def nvfuser(self) -> bool:
+        """nvFuser is known to be among the compilation's executors (unknown: no)."""
+        return bool(has_nvfuser(self.compilation_executors))
+
+    @property
     def inductor(self) -> bool:
         """``torch_compile_ex`` is among the compilation's executors."""
         return has_torch_compile(self.compilation_executors)
@@ -85,10 +91,9 @@ def _is_graph_module(cd) -> bool:
 
 
 def before_autodiff(cd, *, differentiable: frozenset[str], aliased_inputs: tuple[frozenset[str], ...], comment: bool) -> StageConfig:
-    """The computation trace's stage: nothing claimed yet, writes to inputs no gradient flows
-    through made values (:class:`thunder_ext.functionalize.InputPolicy`)."""
+    """The computation trace's stage: nothing claimed yet, writes to inputs that do not require
+    grad made values (:class:`thunder_ext.functionalize.InputPolicy`)."""
     return StageConfig(
-        stage="before autodiff",
         compilation_executors=_executors(cd),
         differentiable=differentiable,
         aliased_inputs=aliased_inputs,
@@ -103,7 +108,6 @@ def fusion_stage(cd, *, aliased_inputs: tuple[frozenset[str], ...], epilogue_inp
     compilation's executors, and the remat guard is on."""
     executors = _executors(cd)
     return StageConfig(
-        stage="fusion stage",
         executors=executors,
         compilation_executors=executors,
         dataflow=cd is not None and cd.compile_options.get("fusion_type") == "dataflow",

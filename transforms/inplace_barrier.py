@@ -40,7 +40,6 @@ from thunder_ext.overlap import refuse_overlapping_sources
 from thunder_ext.logs import log_refusal, log_removal, log_report, log_split
 from thunder_ext.reinplace import fold_copies, reinplace, reinplace_inputs
 from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients, stripped_storage
-from thunder_ext.remat_guard import has_nvfuser
 from thunder_ext.validation import require_bool
 
 
@@ -79,7 +78,7 @@ class InplaceBarrierTransform(thunder.Transform):
             if config.differentiable:
                 refuse_unsupported_gradients(
                     computation_trace, new, report, set(config.differentiable),
-                    nvfuser_may_run=bool(has_nvfuser(config.compilation_executors)), inductor=config.inductor,
+                    nvfuser_may_run=config.nvfuser, inductor=config.inductor,
                     stripped=stripped, graph_module=config.graph_module,
                 )  # fmt: skip
         except InplaceOrderingError as e:
