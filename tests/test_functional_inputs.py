@@ -227,7 +227,7 @@ def test_written_inputs_get_one_epilogue_copy_each_before_autodiff():
 @pytest.mark.parametrize("executors", ["default", "torch_compile"])
 def test_kv_cache_slice_write_goes_back_in_place(executors):
     """The final trace writes the cache slice in place: no copy of the whole cache, no epilogue.
-    With torch_compile_ex the slice write is kept out of the region for that (barriers.unfuse_epilogue)."""
+    With torch_compile_ex the slice write is kept out of the region for that (inductor_regions.unfuse_epilogue)."""
     from thunder_ext import last_reports
 
     kw = {}

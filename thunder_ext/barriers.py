@@ -60,7 +60,6 @@ import gc
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
 
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy, variableify
@@ -68,6 +67,7 @@ from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.extend import Executor
 
+from thunder_ext.barrier_plan import Plan
 from thunder_ext.alias_analysis import AliasInfo, StorageGroups, accessed_groups, input_names, storage_groups
 from thunder_ext import stage_config
 from thunder_ext.errors import PartitionerWouldDropError, PlacementDidNotConvergeError, UnorderableAccessError
@@ -75,16 +75,15 @@ from thunder_ext.op_kinds import (
     describe,
     effect_of,
     is_barrier,
-    is_copy,
-    is_copy_composite,
     is_return,
-    returned_data,
     tensor_args,
     tensor_outs,
     view_kind,
     writes_with_grad,
 )
+from thunder_ext.executor_policies import policies_for
 from thunder_ext.functionalize import InputPolicy, functionalize
+from thunder_ext.inductor_regions import unfuse_epilogue
 from thunder_ext.remat_guard import (
     BarrierSymbols,
     barrier_symbols,
@@ -224,31 +223,6 @@ class _LastWrite:
     dest: TensorProxy
 
 
-@dataclass
-class _Plan:
-    """One barrier to place before a bsym: versions to rename (name -> (version, stale-making write)),
-    witnesses to consume, and why."""
-
-    rename: dict[str, tuple[TensorProxy, BoundSymbol | None]] = field(default_factory=dict)
-    witnesses: list[TensorProxy] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.rename or self.witnesses)
-
-
-class _RegionEnd(NamedTuple):
-    """Where a ``torch_compile_ex`` region must end (see ``_Placer.split_for_torch_compile``)."""
-
-    who: BoundSymbol  # the access that makes the region unsafe to extend
-    witness: TensorProxy  # an output of ``who`` the ending barrier consumes
-    why: str
-    # What ends it: "use" (any use of the group), "write" (a write using the group), or
-    # "write_into" (a write into the group).
-    trigger: str
-    partial: bool = False  # ``who`` writes only part of a tensor (see ``_Placer.writes_part``)
-
-
 @dataclass(frozen=True)
 class PlacementOptions:
     """What every placement round of one pass shares; only the bsyms and the guards vary per round."""
@@ -277,6 +251,11 @@ class _Placer:
     * ``anc`` maps a current proxy name to the bitset of accesses it depends on (one bit per
       access to a mutated group, in program order);
     * ``last_write`` and ``epoch`` hold, per group, the latest write and the accesses since.
+
+    The walk orders accesses and nothing else; what an executor needs besides (remat pins,
+    ``torch_compile_ex`` region cuts, nvFuser's write inputs) is a policy chosen once from the
+    stage's configuration (:mod:`thunder_ext.executor_policies`), called at fixed points of
+    :meth:`step`.
     """
 
     def __init__(
@@ -294,7 +273,6 @@ class _Placer:
         self.info: AliasInfo = storage_groups(bsyms, self.inputs, options.config.aliased_inputs, cache=options.effects_cache)
         self.mutated = self.info.mutated_groups
         self.report = BarrierReport()
-        self.remat_writes = remat_writes  # stripped indices of writes to guard (see place_barriers)
         self.differentiable = differentiable  # witnesses never to use (see place_barriers)
         # Versions that carry gradients: a write with grad disabled into one gets a straight-through barrier.
         self.grad_versions: set[str] = set(differentiable)
@@ -337,29 +315,15 @@ class _Placer:
         self.made_by_barrier: set[str] = set()
         # A backward barrier's output -> the version it renamed: the forward never reads one.
         self.backward_renamed: dict[str, TensorProxy] = {}
-        # (group, trigger) -> where the next such access starts a new region (torch.compile)
-        self.region_ends: dict[tuple[str, str], _RegionEnd] = {}
-        # Since the last region end: name -> input groups whose reads it derives from, and
-        # group -> those names (see split_for_torch_compile, third family).
-        self.derived_from: dict[str, frozenset[str]] = {}
-        self.derived_names: dict[str, list[str]] = {}
         self.grad_taken: set[str] = set()  # arguments of get_grad so far, by stripped and current name
-        self._all_members: dict[str, list[str]] | None = None
-        self._group_numel: dict[str, int] | None = None  # group -> elements of its largest member
-        self._input_groups: set[str] | None = None
-        self.routed: set[str] = set()  # names (any version) whose value a region end routed across the cut
-        # Since the last cut: name (any version) -> (the cut output it is a version of, its
-        # group); per group, the cut outputs used so far; the groups written so far.
-        self.cut_origin: dict[str, tuple[str, str]] = {}
-        self.region_inputs_used: dict[str, set[str]] = {}
-        self.region_written: set[str] = set()
         self.version_group: dict[str, str] = {}  # a version's name -> the group of what it is a version of
         self.anc: dict[str, int] = {}
         self.nbits = 0
         self.last_write: dict[str, _LastWrite] = {}
         self.epoch: dict[str, list[tuple[int, TensorProxy | None, BoundSymbol]]] = {}
-        self.pending_remat: dict[str, _LastWrite] = {}  # group -> forward write not yet pinned
         self.touched_forward: set[str] = set()  # forward values computed from mutated storage
+        # The executors' rules, chosen once (thunder_ext.executor_policies); the walk itself orders only.
+        self.policies = policies_for(self, remat_writes)
 
     # -- versions and reachability ------------------------------------------------------------
 
@@ -377,9 +341,9 @@ class _Placer:
         self.version_proxy[new.name] = new
         self.versions.union(old.name, new.name)  # ``new`` is fresh, so it becomes the root
         self.version_group[new.name] = self.storage_of(old.name)
-        if old.name in self.cut_origin:
-            self.cut_origin[new.name] = self.cut_origin[old.name]
         self.next_version[old.name] = (new.name, by)
+        for policy in self.policies:
+            policy.version_bumped(old, new)
 
     def storage_of(self, name: str) -> str:
         """The storage group of a stripped proxy or of any later version of one."""
@@ -410,7 +374,7 @@ class _Placer:
                 swap[variableify(p)] = v
         return bsym.from_bsym_swap_proxies(swap, skip_output=True) if swap else bsym
 
-    def stale_members(self, g: str, i: int, bit: int | None, cause, plan: _Plan) -> None:
+    def stale_members(self, g: str, i: int, bit: int | None, cause, plan: Plan) -> None:
         """Add the members of ``g`` used at or after ``i`` whose version does not depend on ``bit``."""
         for m in self.members.get(g, ()):
             if m in self.defined and self.last_use.get(m, -1) >= i:
@@ -441,22 +405,21 @@ class _Placer:
         backward = has_tags(bsym, {BoundSymbolTag.BACKWARD})
         if backward:
             self.note_backward_reads(bsym)
-            self.pin_backward_reads(bsym)
-        self.pin_pending_writes(i, bsym)
-        self.split_for_torch_compile(i, bsym, effect, write_groups)
+        for policy in self.policies:
+            policy.before(i, bsym, effect, write_groups)
         cur = self.renamed(bsym)
         if bsym.sym.id == prims.PrimIDs.GET_GRAD:
             self.grad_taken.update(p.name for p in (*bsym.flat_proxy_args, *cur.flat_proxy_args))
         my_anc = self.ancestry(cur)
         if groups:
-            plan = _Plan()
+            plan = Plan()
             for g in sorted(groups):
                 if g in write_groups:
                     self.order_write(g, bsym, effect, my_anc, plan)
                 else:
                     self.order_read(g, i, bsym, my_anc, plan)
-            if self.options.config.write_barriers:
-                self.make_write_inputs(i, bsym, effect, write_groups, plan)
+            for policy in self.policies:
+                policy.extend(i, bsym, effect, write_groups, plan)
             if plan:
                 self.emit(plan, bsym)
             cur = self.renamed(bsym)
@@ -483,209 +446,8 @@ class _Placer:
                 self.bump(prev, o, bsym)
                 if prev.name in self.grad_versions and not writes_with_grad(bsym):
                     self.straight_through(prev, o, bsym)
-        self.note_region_ends(bsym, effect, write_groups)
-        if i in self.remat_writes and effect.writes and not backward:
-            for g in write_groups:
-                self.pending_remat[g] = self.last_write[g]
-
-    def split_for_torch_compile(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str]) -> None:
-        """After a ``copy_`` out of a group, the group's next use goes to a new fusion region
-        (torch.compile); after a write into an input, the next write that uses any input it read
-        or wrote does; after a read of an input, the next write into that input does.
-
-        Inductor gets some in-place programs wrong inside one ``torch_compile_ex`` region,
-        although data edges order everything:
-
-        * the source of an earlier ``copy_`` used again: ``rm.copy_(rv); rv.mul_(rm)`` leaves
-          ``rm`` with the new ``rv``; ``t = batch_norm(a, ...); a.copy_(t); u = t * 3; return
-          t.mean(1), u`` returns a wrong mean;
-        * an input used after a write into an input: ``a[0] = -0.5; s = a.sum(0); rv.add_(s);
-          a.tanh_(); rv.tanh_()`` leaves a wrong ``rv``, ``t = batch_norm(b, rm, rv, ...);
-          t[1:] = rv`` a wrong ``t``, ``rm`` and ``rv``, and ``a[0] = rm; rm.mul_(0.9)`` a wrong
-          ``rm``, under plain ``torch.compile`` too (torch 2.11; upstream pytorch/pytorch#198270
-          is one of this family).  Dynamo turns a write into an input into a functional value
-          plus a copy back at the end of the graph, and Inductor's reinplacing and scheduling
-          of those copies is where these go wrong; a region in which no input is used after a
-          write that touched it is the case it gets right.
-
-        In the second family a read of the written input alone is safe (``a.tanh_(); return
-        a * a`` is right in one region, and ``a[0] = -0.5; s = a.sum(0); rv.add_(s)`` too); it
-        is the next write that uses the input which goes wrong, so only a write ends the region
-        there, and plain Thunder's region count is kept on programs that only read it.  Every
-        wrong case found has a write into part of a tensor as one of the two writes; two
-        whole-tensor writes (``bn(bn(x).sin())`` in training mode writes the running stats
-        twice) are right in one region, so such a pair ends none (``write_after_write``).
-
-        The third family: an input read, then written in part, with the read's value used
-        again: ``t0 = b.sin(); b[0] = 0.5; t1 = a + t0; return t0, t1`` returns a ``t0`` whose
-        first row is ``sin(0.5)`` (``b.clone()`` or ``b.sum(0)`` as the read, ``b[1:].mul_(3)``
-        or ``b[0].copy_(a[0])`` as the write, all the same under plain ``torch.compile``, torch
-        2.11).  Only a write into part of the input does it: through a smaller view, or by
-        ``setitem``; and only when a value derived from the read is used after the write.  A whole-tensor write (``add_``, ``copy_``, ``zero_``, through ``b.t()``),
-        ``masked_fill_``, ``index_put_``, ``index_copy_`` and ``scatter_`` come out right, so a
-        write-after-read such as ``a = x * z; x.add_(1)`` keeps its one region.
-
-        Such a region is possible whether barriers are fused or not (with a backward they are
-        not): where data edges already order the accesses no barrier stands between them
-        (``rv.copy_(rm); rm += rv`` with grad).  So whenever ``torch_compile_ex`` is among the
-        executors, one unfused barrier over the write's output, through which every later use
-        of the storage goes, ends the region there.
-
-        Still needed for the inputs the functional pass keeps in place, and only for them (writes
-        to other inputs are values by now): switched off, three ``torch_compile`` tests go
-        silently wrong, each on such an input (docs/workarounds.md, *torch_compile_ex region ends*).
-        """
-        # Nothing follows the return in its region.  A backward bsym ends none either: the
-        # forward/backward split would put a barrier over backward values into the forward.
-        if is_return(bsym) or has_tags(bsym, {BoundSymbolTag.BACKWARD}):
-            return
-        aliased = self.aliased_region_inputs(bsym, write_groups)
-        if self.region_ends or aliased:
-            self.end_region(i, bsym, effect, write_groups, aliased)
-        self.note_region_inputs(bsym, write_groups)
-
-    def end_region(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str], aliased: set[str]) -> None:
-        used = {self.info.group_of(p) for p in tensor_args(bsym)}
-        touched = sorted(
-            {g for g in used if (g, "use") in self.region_ends or self.write_after_write(g, bsym, effect, write_groups)}
-            | {g for g in write_groups if (g, "write_into") in self.region_ends and self.read_used_after(g, i)
-               and self.writes_part_of(g, bsym, effect)}
-            | aliased
-        )
-        if not touched:
-            return
-        plan = _Plan()
-        if aliased:
-            plan.reasons.append(f"torch.compile: {describe(bsym)} would make one region write an input aliased by another of its inputs")
-        for g in touched:
-            for m in self.all_members().get(g, ()):
-                if m in self.defined and self.last_use.get(m, -1) >= i and not self.grad_taken_of(m):
-                    v = self.current(self.proxies[m])
-                    plan.rename.setdefault(v.name, (v, None))
-                    self.routed.add(m)
-        # One barrier ends the region for everything pending: after it a new region starts.
-        for end in {(id(e.who), e.why): e for e in self.region_ends.values()}.values():
-            plan.witnesses.append(end.witness)
-            plan.reasons.append(f"torch.compile: {describe(bsym)} {end.why} {describe(end.who)}")
-        self.cross_cut(i, bsym, plan)
-
-    def cross_cut(self, i: int, bsym: BoundSymbol, plan: _Plan) -> None:
-        """Emit ``plan`` as the unfused barrier before ``bsym`` at which a new ``torch_compile_ex``
-        region starts, and route through it every value the regions after it still need."""
-        self.region_ends.clear()
-        self.derived_from.clear()
-        self.derived_names.clear()
-        # A view first used after the cut moves after it instead of crossing it (see deferred_views).
-        deferred = self.deferred_views(i, plan)
-        # Every other value still needed crosses the cut through this barrier too: a region
-        # after it then has no direct edge from one before it, so Thunder's rematerialization
-        # cannot recompute such a value there from an input the write has since changed.
-        for m, p in self.proxies.items():  # trace order: the barrier's text is stable
-            if m in deferred:
-                continue
-            if m in self.defined and m not in self.inputs and self.last_use.get(m, -1) >= i and not self.grad_taken_of(m):
-                v = self.current(p)
-                plan.rename.setdefault(v.name, (v, None))
-                self.routed.add(m)
-        # So do the witnesses of accesses a later barrier may still have to order.
-        for accesses in self.epoch.values():
-            for _, wit, _ in accesses:
-                if wit is not None and wit.name not in self.inputs and not self.grad_taken_of(wit.name):
-                    v = self.current(wit)
-                    plan.rename.setdefault(v.name, (v, None))
-                    self.routed.add(wit.name)
-        # By the names they are recorded under too: a witness may be an older name of a
-        # version an earlier region end already renamed.
-        self.routed.update(plan.rename)
-        self.emit(plan, bsym, pin=True)
-        self.move_after_cut(deferred)
-
-    def deferred_views(self, i: int, plan: _Plan) -> dict[str, int]:
-        """Views made before the cut at ``i`` and first used at or after it: name -> output position.
-
-        Routed across the cut, such a view of an input reaches the next region as a second input
-        aliasing the first, and AOT autograd's synthetic base fails when the region writes one
-        of them (``t2 = a[:2]; <cut>; a.index_copy_(0, idx, t2)``: ``create_synthetic_base_metadata``,
-        torch 2.11).  Made after the cut instead, it is computed inside the region from its base.
-        A view reads no data, so where it is made orders nothing."""
-        out: dict[str, int] = {}
-        candidates = {k for m, k in self.made_at.items() if k < i and m in self.defined and self.last_use.get(m, -1) >= i}
-        if not candidates:
-            return out
-        witnesses = {w.name for accesses in self.epoch.values() for _, w, _ in accesses if w is not None}
-        read_so_far: set[str] | None = None  # names the output already reads (barriers included)
-        for k in sorted(candidates):
-            b, e = self.bsyms[k], self.info.effects[k]
-            if not e.is_view or e.writes or view_kind(b) != "view" or has_tags(b, {BoundSymbolTag.BACKWARD}):
-                continue
-            names = [o.name for o in b.flat_proxy_outs]
-            # Every output moves with the bsym: none may be read before the cut (a barrier
-            # included), renamed, pending as a witness, or already differentiated.
-            if any(
-                self.first_use.get(n, i) < i or n in witnesses or n in plan.rename or n in self.inputs
-                or (n in self.proxies and (self.current(self.proxies[n]).name != n or self.grad_taken_of(n)))
-                for n in names
-            ):
-                continue
-            if read_so_far is None:
-                read_so_far = {p.name for o in self.out for p in o.flat_proxy_args}
-            if read_so_far.intersection(names):
-                continue
-            out.update((n, k) for n in names)
-        return out
-
-    def move_after_cut(self, deferred: dict[str, int]) -> None:
-        """Move the bsyms making ``deferred`` views to the end of the output, on current names."""
-        if not deferred:
-            return
-        ks = set(deferred.values())
-        keep = [(b, j) for b, j in zip(self.out, self.origin) if j not in ks]
-        self.out, self.origin = [b for b, _ in keep], [j for _, j in keep]
-        for k in sorted(ks):
-            cur = self.renamed(self.bsyms[k])
-            anc = self.ancestry(cur)
-            for o in cur.flat_proxy_outs:
-                self.anc[o.name] = anc
-            self.out.append(cur)
-            self.origin.append(k)
-
-    def aliased_region_inputs(self, bsym: BoundSymbol, write_groups: set[str]) -> set[str]:
-        """The groups of which ``bsym`` would make its region receive two inputs, one written.
-
-        AOT autograd replays the views of such inputs on a synthetic base and fails on some
-        (``t0 = a.reshape(3, 4)`` with ``a`` of shape (12,), then ``a[0] = 2.0; a[0] = 0.5; t1
-        = t0[::2]`` with a cut between the writes: "incorrect out shape after application of
-        ViewMeta sequence", torch 2.11).  Plain Thunder never hands a region two aliased
-        inputs; a cut does, routing ``a`` and ``t0`` across it.  A further cut keeps them in
-        different regions, unless ``bsym`` alone brings both."""
-        if not self.cut_origin:
-            return set()
-        mine = self.region_inputs_of(bsym)
-        conflicts = set()
-        for g in mine.keys() | write_groups:
-            names = mine.get(g, set())
-            together = self.region_inputs_used.get(g, set()) | names
-            written = g in self.region_written or g in write_groups
-            alone = g in write_groups and len(names) > 1
-            if written and len(together) > 1 and not alone:
-                conflicts.add(g)
-        return conflicts
-
-    def region_inputs_of(self, bsym: BoundSymbol) -> dict[str, set[str]]:
-        """Per group, the outputs of the last cut that ``bsym``'s arguments are versions of."""
-        mine: dict[str, set[str]] = {}
-        for p in tensor_args(bsym):
-            o = self.cut_origin.get(self.current(p).name)
-            if o is not None:
-                mine.setdefault(o[1], set()).add(o[0])
-        return mine
-
-    def note_region_inputs(self, bsym: BoundSymbol, write_groups: set[str]) -> None:
-        if not self.cut_origin:
-            return
-        for g, names in self.region_inputs_of(bsym).items():
-            self.region_inputs_used.setdefault(g, set()).update(names)
-        self.region_written |= write_groups
+        for policy in self.policies:
+            policy.after(i, bsym, effect, write_groups)
 
     def grad_taken_of(self, name: str) -> bool:
         """Whether the joint trace already took the cotangent of this value (``get_grad``).
@@ -693,103 +455,6 @@ class _Placer:
         Autodiff's split matches each ``get_grad`` argument to a forward output by name, so a
         value renamed after its ``get_grad`` would be returned under a name it cannot find."""
         return name in self.grad_taken or self.current(self.proxies[name]).name in self.grad_taken
-
-    def read_used_after(self, g: str, i: int) -> bool:
-        """Whether a value derived from a read of input ``g`` in this region is used after bsym ``i``.
-
-        Only then can Inductor recompute the read after the write; the reads inside a write's
-        own decomposition (``x.view(-1)[::2].mul_(2)`` reshapes and multiplies ``x``) feed
-        that write alone."""
-        return any(self.last_use.get(n, -1) > i for n in self.derived_names.get(g, ()))
-
-    def write_after_write(self, g: str, bsym: BoundSymbol, effect, write_groups: set[str]) -> bool:
-        """Whether ``bsym`` is a write that uses ``g`` after a write into an input that used it,
-        with one of the two writing only part of a tensor (the second family of
-        :meth:`split_for_torch_compile`)."""
-        end = self.region_ends.get((g, "write"))
-        return bool(write_groups) and end is not None and (end.partial or self.writes_part(bsym, effect))
-
-    def writes_part(self, bsym: BoundSymbol, effect) -> bool:
-        """Whether ``bsym`` writes only part of some tensor: ``setitem_``, or through a view with
-        fewer elements than the largest member of its storage group (its base)."""
-        if bsym.sym.name == "setitem_":
-            return True
-        if self._group_numel is None:  # once per pass: a scan per write would be quadratic on loops
-            self._group_numel = {}
-            for name, p in self.proxies.items():
-                g = self.info.group_of(name)
-                self._group_numel[g] = max(self._group_numel.get(g, 0), p.numel)
-        return any(w.numel < self._group_numel.get(self.info.group_of(w), 0) for w in effect.writes)
-
-    def copies_a_slice_write(self, bsym: BoundSymbol) -> bool:
-        """A ``copy_`` of a value a partial write made (``b[1:] = t`` decomposed at the fusion stage:
-        ``t32 = copy_with_setitem(b, ...); copy_(t32, b)``): in a region, Inductor treats it as the
-        partial write it is (soak seed 15000: ``t2 = b.cos(); b[1:] = t1; return t2``, grad)."""
-        if not is_copy(bsym):
-            return False
-        # An epilogue copy_ (an input whose writes became values) stays out of every region
-        # (unfuse_epilogue), and on the final trace writes the slice in place (reinplace_inputs).
-        if any(self.info.group_of(w) == self.info.group_of(n) for w in effect_of(bsym).writes for n in self.options.config.epilogue_inputs if n in self.proxies):
-            return False
-        src = tensor_args(bsym)[0]
-        k = self.made_at.get(src.name)
-        return k is not None and str(self.bsyms[k].sym.name) in _SLICE_WRITES
-
-    def writes_part_of(self, g: str, bsym: BoundSymbol, effect) -> bool:
-        """Whether ``bsym`` writes only part of the input storage ``g`` (setitem, or through a smaller
-        view, or a copy of a value a partial write made)."""
-        if bsym.sym.name == "setitem_" or self.copies_a_slice_write(bsym):
-            return True
-        whole = max((self.proxies[n].numel for n in self.inputs if n in self.proxies and self.info.group_of(self.proxies[n]) == g), default=0)
-        return any(self.info.group_of(w) == g and w.numel < whole for w in effect.writes)
-
-    def note_region_ends(self, bsym: BoundSymbol, effect, write_groups: set[str]) -> None:
-        """Remember where a region must end (see :meth:`split_for_torch_compile`)."""
-        if not self.options.symbols.inductor or has_tags(bsym, {BoundSymbolTag.BACKWARD}):
-            return
-        outs = tensor_outs(bsym)
-        if not outs:
-            return
-        ends = self.region_ends
-        if is_copy(bsym) or is_copy_composite(bsym):
-            for p in tensor_args(bsym):
-                g = self.info.group_of(p)
-                if g not in write_groups and not any(p is w for w in effect.writes):
-                    ends[(g, "use")] = _RegionEnd(bsym, outs[0], "uses the source of", "use")
-        read_inputs = {self.info.group_of(p) for p in tensor_args(bsym)} & self.input_groups()
-        if write_groups & self.input_groups():
-            # The inputs it reads too, not only the one it writes: `a[0] = rm; rm.mul_(0.9)` in
-            # one region leaves a wrong `rm`.
-            partial = self.writes_part(bsym, effect)
-            for g in read_inputs:
-                end = ends.get((g, "write"))
-                if end is None or (partial and not end.partial):
-                    ends[(g, "write")] = _RegionEnd(bsym, outs[0], "writes with an input after the write", "write", partial)
-        # What this bsym's outputs derive from: its own reads of inputs, and what its arguments
-        # derive from; a write's output is the new version of its destination, not a read of it.
-        derived = set().union(*(self.derived_from.get(p.name, ()) for p in tensor_args(bsym)))
-        if not (effect.is_view or effect.is_barrier or is_return(bsym)):
-            for g in read_inputs - write_groups:
-                ends.setdefault((g, "write_into"), _RegionEnd(bsym, outs[0], "writes an input read by", "write_into"))
-                derived.add(g)
-        derived -= write_groups
-        if derived:
-            frozen = frozenset(derived)
-            for o in outs:
-                self.derived_from[o.name] = frozen
-                for g in frozen:
-                    self.derived_names.setdefault(g, []).append(o.name)
-
-    def input_groups(self) -> set[str]:
-        """The storage groups of the trace's inputs (what the caller can observe)."""
-        if self._input_groups is None:
-            self._input_groups = {self.info.group_of(self.proxies[n]) for n in self.inputs if n in self.proxies}
-        return self._input_groups
-
-    def all_members(self) -> dict[str, list[str]]:
-        if self._all_members is None:
-            self._all_members = self.info.groups.members()
-        return self._all_members
 
     def note_backward_reads(self, bsym: BoundSymbol) -> None:
         # A backward read of a name that a forward write made stale may want the value the
@@ -804,52 +469,6 @@ class _Placer:
             ):
                 self.report.backward_reads_of_forward_writes.append((by, bsym))
 
-    def pin_backward_reads(self, bsym: BoundSymbol) -> None:
-        """In a joint trace that a fusion executor splits into regions, a backward region is a
-        rematerialization consumer of the forward region: its min cut may recompute a forward
-        value from the forward's inputs, re-running a write or reading an input after the write
-        (an input written back by an epilogue ``copy_``, ``BarrierSymbols.remat_backward``).  So each
-        forward value a backward bsym reads whose computation touched mutated storage goes
-        through an unfused barrier first, at the start of the backward."""
-        if not self.options.symbols.remat_backward or bsym.sym.id == prims.PrimIDs.GET_GRAD:
-            return
-        plan = _Plan()
-        for p in tensor_args(bsym):
-            v = self.current(p)
-            if v.name in self.touched_forward and not self.grad_taken_of(p.name):
-                plan.rename.setdefault(v.name, (v, None))
-        if plan.rename:
-            plan.reasons.append("remat: the backward reads forward values computed from mutated storage")
-            self.emit(plan, bsym, pin=True, cut=False)
-
-    def pin_pending_writes(self, i: int, bsym: BoundSymbol) -> None:
-        """Fusion executors rematerialize: a consumer region may recompute values of its producer
-        region from the producer's inputs, and re-running a write is not idempotent.  So what is
-        read after a guarded write goes through a barrier first: the write's output is then
-        needed outside its region and no cut can move the write.  One barrier serves every
-        write since the last read."""
-        if not self.pending_remat:
-            return
-        # The return pins what it reads itself, but a stale name it reads gets a barrier first,
-        # and that barrier must be the pin (a fused one would leave the write's output read
-        # only inside a region, free to be recomputed).
-        if not any(self.info.group_of(p) in self.pending_remat for p in tensor_args(bsym)):
-            return
-        plan = _Plan()
-        for g in self.pending_remat:
-            self.stale_members(g, i, None, None, plan)
-        writes = {id(lw.bsym): lw for lw in self.pending_remat.values()}
-        plan.witnesses = [lw.witness for lw in writes.values() if lw.witness is not None]
-        plan.reasons = [f"remat: {describe(lw.bsym)} runs once" for lw in writes.values()]
-        self.pending_remat.clear()
-        if plan.rename and self.options.symbols.inductor and not has_tags(bsym, {BoundSymbolTag.BACKWARD}):
-            # The pin starts a new region: what crosses it goes through it, as at a region end,
-            # or rematerialization could recompute it after the write (a fused ordering barrier
-            # and its witness included).
-            self.cross_cut(i, bsym, plan)
-        elif plan.rename:
-            self.emit(plan, bsym, pin=True)
-
     def straight_through(self, prev: TensorProxy, out: TensorProxy, write: BoundSymbol) -> None:
         """After a write made with grad disabled, later reads of ``prev`` differentiate into ``prev``.
 
@@ -860,7 +479,7 @@ class _Placer:
         (ordered after the write) and whose gradient goes, through ``update_aliases``' identity
         VJP, to ``prev``.  :func:`strip_barriers` resolves it to ``out``.
         """
-        plan = _Plan(
+        plan = Plan(
             rename={prev.name: (prev, write)},
             witnesses=[out],
             reasons=[f"no-grad write: later reads of `{prev.name}` keep its gradient ({describe(write)})"],
@@ -905,7 +524,7 @@ class _Placer:
 
         return _map_flat_args(cur, forward)
 
-    def order_write(self, g: str, bsym: BoundSymbol, effect, my_anc: int, plan: _Plan) -> None:
+    def order_write(self, g: str, bsym: BoundSymbol, effect, my_anc: int, plan: Plan) -> None:
         """WAR/WAW: every access to ``g`` since its last write must reach this write."""
         unreached = [(wit, who) for bit, wit, who in self.epoch.get(g, ()) if not (my_anc >> bit) & 1]
         for wit, who in unreached:
@@ -923,7 +542,7 @@ class _Placer:
                     v = self.current(w)
                     plan.rename.setdefault(v.name, (v, bsym))
 
-    def order_read(self, g: str, i: int, bsym: BoundSymbol, my_anc: int, plan: _Plan) -> None:
+    def order_read(self, g: str, i: int, bsym: BoundSymbol, my_anc: int, plan: Plan) -> None:
         """RAW: this read of ``g`` must be reached from the group's last write."""
         lw = self.last_write.get(g)
         if lw is None:
@@ -955,31 +574,6 @@ class _Placer:
                 self.stale_members(g2, i, lw.bit, lw.bsym, plan)
         plan.witnesses.append(lw.witness)
         plan.reasons.append(f"RAW: {describe(lw.bsym)} before {describe(bsym)}")
-
-    def make_write_inputs(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str], plan: _Plan) -> None:
-        """nvFuser can only write to an input of its fusion region; a barrier makes the destination one."""
-        for w in effect.writes:
-            v = self.current(w)
-            if v.name not in self.inputs and v.name not in self.made_by_barrier and v.name not in plan.rename:
-                plan.rename[v.name] = (v, bsym)
-                plan.reasons.append(f"nvFuser: write to non-input {v.name} in {describe(bsym)}")
-        if not plan.rename:
-            return
-        # The same barrier also serves the next write of every other group (a module's buffers
-        # are updated one after another), so those need no barrier of their own.
-        for g2 in self.writes_at:
-            k = self.next_write(g2, i) if g2 not in write_groups else None
-            if k is None:
-                continue
-            for w2 in self.info.effects[k].writes:
-                v2 = self.current(w2)
-                if (
-                    self.info.group_of(w2) == g2
-                    and v2.name in self.defined
-                    and v2.name not in self.inputs
-                    and v2.name not in self.made_by_barrier
-                ):
-                    plan.rename.setdefault(v2.name, (v2, None))
 
     def record_access(self, bsym: BoundSymbol, effect, groups: set[str], write_groups: set[str]) -> int:
         """Give this access its bit and update the groups' last write and epoch; return the bit mask."""
@@ -1022,10 +616,10 @@ class _Placer:
         # barrier is honest about the data flow, so only foreign witnesses are dropped.
         return witness.name in self.differentiable and self.info.group_of(witness) not in self.mutated
 
-    def emit(self, plan: _Plan, before: BoundSymbol, *, pin: bool = False, cut: bool = True) -> None:
-        # A witness a region end has routed is read through its new name, or the barrier would
-        # bring a direct edge across the cut (see split_for_torch_compile).
-        witnesses = [self.current(w) if w.name in self.routed else w for w in plan.witnesses]
+    def emit(self, plan: Plan, before: BoundSymbol, *, pin: bool = False, cut: bool = True) -> None:
+        witnesses = list(plan.witnesses)
+        for policy in self.policies:
+            witnesses = [policy.witness(w) for w in witnesses]
         kept = [w for w in witnesses if not self.dropped(w)]
         self.report.dropped_witnesses += len(witnesses) - len(kept)
         if not plan.rename and not kept:
@@ -1033,9 +627,6 @@ class _Placer:
         symbol = self.options.symbols.pin if pin else self.options.symbols.ordering
         barrier, outs = self.barrier(symbol, [v for v, _ in plan.rename.values()], kept, before, plan.reasons)
         b_anc = self.ancestry(barrier)
-        cut = cut and pin and self.options.symbols.inductor
-        if cut:  # a new torch.compile region starts after this barrier
-            self.cut_origin, self.region_inputs_used, self.region_written = {}, {}, set()
         backward = has_tags(before, {BoundSymbolTag.BACKWARD})
         for (v, cause), new in zip(plan.rename.values(), outs):
             self.bump(v, new, cause)
@@ -1043,8 +634,9 @@ class _Placer:
                 self.backward_renamed[new.name] = v
             if v.name in self.grad_versions:  # a barrier's output carries what its input carries
                 self.grad_versions.add(new.name)
-            if cut:
-                self.cut_origin[new.name] = (new.name, self.storage_of(v.name))
+        renamed = [(v, new) for (v, _), new in zip(plan.rename.values(), outs)]
+        for policy in self.policies:
+            policy.barrier_placed(renamed, cut=cut and pin)
         forward = not has_tags(before, {BoundSymbolTag.BACKWARD})
         for o in tensor_outs(barrier):
             self.anc[o.name] = b_anc
@@ -1053,6 +645,21 @@ class _Placer:
                 self.touched_forward.add(o.name)
         self.out.append(barrier)
         self.origin.append(-1)
+
+    def move_to_end(self, ks: set[int]) -> None:
+        """Move the output bsyms made from stripped bsyms ``ks`` to the end, on current names
+        (views made after a region cut, ``InductorRegions.deferred_views``)."""
+        if not ks:
+            return
+        keep = [(b, j) for b, j in zip(self.out, self.origin) if j not in ks]
+        self.out, self.origin = [b for b, _ in keep], [j for _, j in keep]
+        for k in sorted(ks):
+            cur = self.renamed(self.bsyms[k])
+            anc = self.ancestry(cur)
+            for o in cur.flat_proxy_outs:
+                self.anc[o.name] = anc
+            self.out.append(cur)
+            self.origin.append(k)
 
     def barrier(self, symbol, members: list[TensorProxy], witnesses: list[TensorProxy], before: BoundSymbol, reasons):
         seen = {p.name for p in members}
@@ -1159,104 +766,6 @@ def barrier_pass(trace: TraceCtx, config: StageConfig) -> tuple[TraceCtx, Barrie
             gc.enable()
 
 
-def unfuse_epilogue(
-    bsyms: list[BoundSymbol], epilogue_inputs: frozenset[str], executors, pin, trace: TraceCtx | None = None
-) -> list[BoundSymbol]:
-    """The epilogue (the ``copy_``s into ``epilogue_inputs`` after which the forward writes
-    nothing, thunder_ext.functionalize's write-back) bound as the torch executor's ``copy_``,
-    which ``torch_compile_ex`` does not fuse: its regions then hold values only.
-
-    Inductor miscompiles regions that end with such copies: ``rm.copy_(rv); rv.mul_(rm)`` as
-    values (``rm1 = clone(rv); rv1 = rv * rm1``, then ``copy_(rm1, rm); copy_(rv1, rv)``) leaves
-    ``rm == rv * rv`` (torch 2.11); ``t = batch_norm(a, rm, rv, training=True); a.copy_(t); return
-    t.mean(1), t * 3`` a wrong mean.  Unfused, each copy is one eager ``copy_`` call after the
-    region, and the region count stays plain Thunder's.  A barrier among them is bound as ``pin``
-    (unfused) too, or under consecutive fusion it would make a region of its own.
-    """
-    from thunder.executors.torchex import copy_ as torch_copy_
-
-    if not any(getattr(ex, "name", None) == "torch" for ex in executors or ()):
-        return bsyms
-    out = list(bsyms)
-    sources: dict[str, str] = {}  # the value an epilogue copies -> the input it copies it into
-    through: dict[str, str] = {}  # barrier output -> the name it renames (an epilogue writes through one)
-    for b in out:
-        if is_barrier(b):
-            for o, i in zip(tensor_outs(b), tensor_args(b)):
-                through[o.name] = through.get(i.name, i.name)
-    for k in range(len(out) - 1, -1, -1):
-        b = out[k]
-        if is_return(b) or has_tags(b, {BoundSymbolTag.BACKWARD}):
-            continue
-        if is_barrier(b):
-            if b.sym is not pin:
-                out[k] = pin.bind(*b.args, output=b.output).from_bsym(
-                    header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
-                )
-            continue
-        effect = effect_of(b)
-        if effect.is_view and not effect.writes:
-            continue  # a view reads no data: one of an epilogue's output (``b.unsqueeze(0)`` returned) may follow it
-        if not effect.writes or not all(through.get(w.name, w.name) in epilogue_inputs for w in effect.writes):
-            break
-        copy = b if b.sym.id == prims.PrimIDs.COPY_ else (b.subsymbols[-1] if b.subsymbols else None)
-        outs = tensor_outs(b)
-        if copy is None or copy.sym.id != prims.PrimIDs.COPY_ or len(outs) != 1 or len(copy.args) < 2:
-            break
-        src, dst = copy.args[0], copy.args[1]
-        if src.dtype != dst.dtype or tuple(src.shape) != tuple(dst.shape):
-            break  # a cast inside the composite: leave it as it is
-        out[k] = torch_copy_.bind(src, dst, grad_enabled=False, output=outs[0]).from_bsym(
-            header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
-        )
-        sources[src.name] = through.get(dst.name, dst.name)
-    return _unfuse_dying_slice_writes(out, sources, through, trace) if trace is not None else out
-
-
-# The ops functionalize turns a partial write into (a setitem; a scatter through a slice).
-_SLICE_WRITES = frozenset({"setitem", "copy_with_setitem", "index_copy"})
-
-
-def _unfuse_dying_slice_writes(out: list[BoundSymbol], sources: dict[str, str], through: dict[str, str], trace) -> list[BoundSymbol]:
-    """An epilogue's value made by a partial write of its input (``kc[:, pos] = k`` as a value:
-    a setitem or a slice scatter) whose old value nothing reads afterwards: that op is claimed by
-    the torch executor too, outside every ``torch_compile_ex`` region, so that on the final trace
-    it can write the input in place (``reinplace.reinplace_inputs``) instead of a region copying
-    the whole input on every call."""
-    from thunder.executors.torchex import ex as torchex
-
-    from thunder_ext.functionalize import _claim
-
-    made_at = {p.name: k for k, b in enumerate(out) for p in b.flat_proxy_outs}
-    for src, x in sources.items():
-        k = made_at.get(src)
-        if k is None:
-            continue
-        p = out[k]
-        args = tensor_args(p)
-        if p.sym.name not in _SLICE_WRITES or has_tags(p, {BoundSymbolTag.BACKWARD}) or not args:
-            continue
-        if through.get(args[0].name, args[0].name) != x:
-            continue
-        late = False
-        for b in out[k + 1 :]:
-            writes = effect_of(b).writes
-            if is_barrier(b) or (writes and through.get(writes[0].name, writes[0].name) == x):
-                continue
-            names = returned_data(b) if is_return(b) else {a.name for a in tensor_args(b)}
-            if any(through.get(n, n) == x for n in names):
-                late = True
-                break
-        if late:
-            continue
-        claimed = _claim(trace, [p], [torchex])
-        if not claimed or any(c.sym.executor is not torchex for c in claimed):
-            continue
-        out[k : k + 1] = [c.from_bsym(source_filename=p.source_filename, source_positions=p.source_positions) for c in claimed]
-        made_at = {q.name: j for j, b in enumerate(out) for q in b.flat_proxy_outs}
-    return out
-
-
 def _write_count(placer: _Placer) -> int:
     """How many of the placer's bsyms write in place: the most rounds a fixed-point loop over them takes."""
     return sum(1 for e in placer.info.effects if e.writes)
@@ -1277,7 +786,9 @@ class _FixedPoint:
             )
 
 
-def _pipeline(trace: TraceCtx, config: StageConfig, pruned: tuple[BoundSymbol, ...] = ()) -> tuple[TraceCtx, BarrierReport]:
+def _pipeline(
+    trace: TraceCtx, config: StageConfig, pruned: tuple[BoundSymbol, ...] = (), start: float | None = None
+) -> tuple[TraceCtx, BarrierReport]:
     """The pass's steps, in order; each reads bsyms and returns new ones, the input trace untouched.
 
     1. strip: every barrier goes, its outputs renamed back to its inputs (:func:`strip_barriers`);
@@ -1293,7 +804,7 @@ def _pipeline(trace: TraceCtx, config: StageConfig, pruned: tuple[BoundSymbol, .
     """
     from thunder_ext.dead_writes import has_dead_values, remove_bsyms
 
-    start = time.perf_counter()
+    start = time.perf_counter() if start is None else start  # a restart counts the first run's time too
     stripped, previous, resolved = strip_barriers(trace.bound_symbols)  # 1
     nstripped = sum(len(v) for v in previous.values())
     if has_dead_values(stripped):  # 2
@@ -1316,7 +827,7 @@ def _pipeline(trace: TraceCtx, config: StageConfig, pruned: tuple[BoundSymbol, .
     if dead_in_place and freport is not None and (freport.kept_private_groups or freport.kept_inputs) and not pruned:
         again = _without_writes(trace, unfunctionalized, dead_in_place)
         if again is not None:
-            return _pipeline(again, config, pruned=tuple(dead_in_place))
+            return _pipeline(again, config, pruned=tuple(dead_in_place), start=start)
     placer, out = _apply_executor_policies(trace, options, stripped, placer, out)  # 6
     placer, out = _check_partition(trace, options, stripped, placer, out)  # 7
 

@@ -23,7 +23,7 @@ Whether barriers are fused decides where regions can break, so the two are chose
   backward, the backward's regions are rematerialization consumers of the forward's, so
   the forward writes get no pin there: instead the barrier pass pins, at the start of the
   backward, every forward value the backward reads that was computed from mutated storage
-  (``BarrierSymbols.backward``, ``_Placer.pin_backward_reads``).  Ordering barriers are
+  (``BarrierSymbols.backward``, ``executor_policies.RematPins.pin_backward_reads``).  Ordering barriers are
   bound as that prim and stay inside its regions, which keep trace order, so they still
   order.  Regions can then only break at a
   bsym that executor cannot fuse: under consecutive fusion, one that stands between fusible
@@ -111,7 +111,7 @@ class BarrierSymbols:
     ``fuser`` is the fusion executor that fuses ordering barriers, or None when none does.
     ``inductor``: whether ``torch_compile_ex`` is among the executors, fused barriers or not;
     its regions must end where Inductor mishandles writes into inputs (see
-    ``barriers._Placer.split_for_torch_compile``).
+    ``inductor_regions.InductorRegions.split_for_torch_compile``).
     """
 
     ordering: Symbol

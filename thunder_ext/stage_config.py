@@ -4,22 +4,23 @@ The pass runs at two stages of a compilation (``transforms/inplace_barrier.py``)
 autodiff, on the computation trace, and at the fusion stage, on the joint trace
 (:mod:`thunder_ext.integration`).  Each stage reads its compile data once into a
 :class:`StageConfig`; every step of the pass, and every refusal, reads that, never the compile
-data nor executor names.  The executor policies are its derived properties:
+data nor executor names.  The executor policies are its derived properties; the walk that
+places barriers turns them into policy objects once (:func:`thunder_ext.executor_policies.policies_for`):
 
 ===================  =====================================================================
-policy               on when
+property             on when
 ===================  =====================================================================
 ``write_barriers``   nvFuser may run the trace: a write needs its destination to be a
                      region input, so one barrier goes before each write into non-input
-                     storage (``barriers._Placer.step``)
+                     storage (``executor_policies.WriteInputs``)
 ``inductor``         ``torch_compile_ex`` is among the executors: its regions end where
                      Inductor mishandles writes into inputs, and the epilogue stays out of
-                     them (``barriers._Placer.split_for_torch_compile``,
-                     ``barriers.unfuse_epilogue``)
+                     them (:mod:`thunder_ext.inductor_regions`; at the fusion stage, where
+                     it claims the barriers)
 ``nvfuser``          nvFuser is known to be among the executors: the refusals of writes
                      through views of inputs that require grad (``refusals``)
 ``remat_guard``      the fusion stage, where fusion executors rematerialize
-                     (:mod:`thunder_ext.remat_guard`)
+                     (:mod:`thunder_ext.remat_guard`, ``executor_policies.RematPins``)
 ``dataflow``         ``fusion_type="dataflow"``: Thunder's partitioner is run on the result
                      (``remat_guard.partition_keeps_every_bsym``)
 ===================  =====================================================================

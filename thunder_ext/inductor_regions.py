@@ -1,0 +1,498 @@
+"""``torch_compile_ex``'s regions: where the walk ends them, and the epilogue kept out of them.
+
+Inductor gets some in-place programs wrong inside one region although data edges order
+everything (torch 2.11; the families are in :meth:`InductorRegions.split_for_torch_compile`).  This policy of
+the barrier walk (:mod:`thunder_ext.barrier_plan`) ends a region there with one unfused
+barrier (a *cut*) and routes through it every value the later regions need, so that no region
+reads a value from before the cut directly.  After the walk, :func:`unfuse_epilogue` binds
+the epilogue ``copy_``s of written inputs to the torch executor, outside every region.
+
+Worked example: the fusion stage of ``rv.copy_(rm); rm += rv`` (``rm``, ``rv`` running stats
+that ``batch_norm`` later updates, so kept in place; ``a`` requires grad), condensed::
+
+    before                                   after
+    t40 = prims.copy_(rm, rv)                t40 = prims.copy_(rm, rv)
+    t42 = ltorch.add(rm, t40)                # thunder_ext: torch.compile: `t42 = add` uses the source of `t40 = copy_`; ...
+    t44 = prims.copy_(t42, rm)               (t148, t149) = update_aliases((rm, t40))
+                                             t42 = ltorch.add(t148, t149)
+                                             t44 = prims.copy_(t42, t148)
+
+The barrier is unfused, so ``copy_`` and ``add`` land in different regions; in one region
+Inductor aliased ``rv``'s new value to ``rm`` and the add reached ``rv`` too.
+
+Both are chosen only when ``torch_compile_ex`` claims the trace (``BarrierSymbols.inductor``);
+docs/workarounds.md says which tests still need them.
+
+Invariant: a cut only adds a barrier and moves views (which read no data) after it; it never
+moves an access to storage.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from thunder.core import prims
+from thunder.core.proxies import TensorProxy
+from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
+from thunder.core.trace import TraceCtx
+
+from thunder_ext.barrier_plan import Plan, WalkPolicy
+from thunder_ext.functionalize import _claim
+from thunder_ext.op_kinds import (
+    describe,
+    effect_of,
+    is_barrier,
+    is_copy,
+    is_copy_composite,
+    is_return,
+    returned_data,
+    tensor_args,
+    tensor_outs,
+    view_kind,
+)
+
+# The ops functionalize turns a partial write into (a setitem; a scatter through a slice).
+SLICE_WRITES = frozenset({"setitem", "copy_with_setitem", "index_copy"})
+
+
+class _RegionEnd(NamedTuple):
+    """Where a ``torch_compile_ex`` region must end (see ``InductorRegions.split_for_torch_compile``)."""
+
+    who: BoundSymbol  # the access that makes the region unsafe to extend
+    witness: TensorProxy  # an output of ``who`` the ending barrier consumes
+    why: str
+    # What ends it: "use" (any use of the group), "write" (a write using the group), or
+    # "write_into" (a write into the group).
+    trigger: str
+    partial: bool = False  # ``who`` writes only part of a tensor (see ``InductorRegions.writes_part``)
+
+
+class InductorRegions(WalkPolicy):
+    """The walk's policy under ``torch_compile_ex``: region ends, and the cuts that make them.
+
+    State, reset at each cut: ``region_ends`` (group, trigger) -> where the next such access
+    starts a new region; ``derived_from``/``derived_names``, which input groups' reads a value
+    derives from; ``cut_origin``, a name (any version) -> the cut output it is a version of and
+    its group; ``region_inputs_used`` and ``region_written`` per group since the cut.
+    ``routed``: names (any version) whose value a cut routed across it.
+    """
+
+    def __init__(self, walk) -> None:
+        super().__init__(walk)
+        self.region_ends: dict[tuple[str, str], _RegionEnd] = {}
+        self.derived_from: dict[str, frozenset[str]] = {}
+        self.derived_names: dict[str, list[str]] = {}
+        self.routed: set[str] = set()
+        self.cut_origin: dict[str, tuple[str, str]] = {}
+        self.region_inputs_used: dict[str, set[str]] = {}
+        self.region_written: set[str] = set()
+        self._all_members: dict[str, list[str]] | None = None
+        self._group_numel: dict[str, int] | None = None  # group -> elements of its largest member
+        self._input_groups: set[str] | None = None
+
+    # -- hooks ----------------------------------------------------------------------------------
+
+    def before(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str]) -> None:
+        self.split_for_torch_compile(i, bsym, effect, write_groups)
+
+    def after(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str]) -> None:
+        self.note_region_ends(bsym, effect, write_groups)
+
+    def witness(self, w: TensorProxy) -> TensorProxy:
+        # A witness a cut has routed is read through its new name, or the barrier would bring a
+        # direct edge across the cut.
+        return self.walk.current(w) if w.name in self.routed else w
+
+    def version_bumped(self, old: TensorProxy, new: TensorProxy) -> None:
+        if old.name in self.cut_origin:
+            self.cut_origin[new.name] = self.cut_origin[old.name]
+
+    def barrier_placed(self, renamed: list[tuple[TensorProxy, TensorProxy]], *, cut: bool) -> None:
+        if not cut:
+            return
+        # A new region starts after this barrier: its outputs are the region's inputs.
+        self.cut_origin, self.region_inputs_used, self.region_written = {}, {}, set()
+        for v, new in renamed:
+            self.cut_origin[new.name] = (new.name, self.walk.storage_of(v.name))
+
+    # -- where regions end ----------------------------------------------------------------------
+
+    def split_for_torch_compile(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str]) -> None:
+        """After a ``copy_`` out of a group, the group's next use goes to a new fusion region
+        (torch.compile); after a write into an input, the next write that uses any input it read
+        or wrote does; after a read of an input, the next write into that input does.
+
+        Inductor gets some in-place programs wrong inside one ``torch_compile_ex`` region,
+        although data edges order everything:
+
+        * the source of an earlier ``copy_`` used again: ``rm.copy_(rv); rv.mul_(rm)`` leaves
+          ``rm`` with the new ``rv``; ``t = batch_norm(a, ...); a.copy_(t); u = t * 3; return
+          t.mean(1), u`` returns a wrong mean;
+        * an input used after a write into an input: ``a[0] = -0.5; s = a.sum(0); rv.add_(s);
+          a.tanh_(); rv.tanh_()`` leaves a wrong ``rv``, ``t = batch_norm(b, rm, rv, ...);
+          t[1:] = rv`` a wrong ``t``, ``rm`` and ``rv``, and ``a[0] = rm; rm.mul_(0.9)`` a wrong
+          ``rm``, under plain ``torch.compile`` too (torch 2.11; upstream pytorch/pytorch#198270
+          is one of this family).  Dynamo turns a write into an input into a functional value
+          plus a copy back at the end of the graph, and Inductor's reinplacing and scheduling
+          of those copies is where these go wrong; a region in which no input is used after a
+          write that touched it is the case it gets right.
+
+        In the second family a read of the written input alone is safe (``a.tanh_(); return
+        a * a`` is right in one region, and ``a[0] = -0.5; s = a.sum(0); rv.add_(s)`` too); it
+        is the next write that uses the input which goes wrong, so only a write ends the region
+        there, and plain Thunder's region count is kept on programs that only read it.  Every
+        wrong case found has a write into part of a tensor as one of the two writes; two
+        whole-tensor writes (``bn(bn(x).sin())`` in training mode writes the running stats
+        twice) are right in one region, so such a pair ends none (``write_after_write``).
+
+        The third family: an input read, then written in part, with the read's value used
+        again: ``t0 = b.sin(); b[0] = 0.5; t1 = a + t0; return t0, t1`` returns a ``t0`` whose
+        first row is ``sin(0.5)`` (``b.clone()`` or ``b.sum(0)`` as the read, ``b[1:].mul_(3)``
+        or ``b[0].copy_(a[0])`` as the write, all the same under plain ``torch.compile``, torch
+        2.11).  Only a write into part of the input does it: through a smaller view, or by
+        ``setitem``; and only when a value derived from the read is used after the write.  A whole-tensor write (``add_``, ``copy_``, ``zero_``, through ``b.t()``),
+        ``masked_fill_``, ``index_put_``, ``index_copy_`` and ``scatter_`` come out right, so a
+        write-after-read such as ``a = x * z; x.add_(1)`` keeps its one region.
+
+        Such a region is possible whether barriers are fused or not (with a backward they are
+        not): where data edges already order the accesses no barrier stands between them
+        (``rv.copy_(rm); rm += rv`` with grad).  So whenever ``torch_compile_ex`` is among the
+        executors, one unfused barrier over the write's output, through which every later use
+        of the storage goes, ends the region there.
+
+        Still needed for the inputs the functional pass keeps in place, and only for them (writes
+        to other inputs are values by now): switched off, three ``torch_compile`` tests go
+        silently wrong, each on such an input (docs/workarounds.md, *torch_compile_ex region ends*).
+        """
+        # Nothing follows the return in its region.  A backward bsym ends none either: the
+        # forward/backward split would put a barrier over backward values into the forward.
+        if is_return(bsym) or has_tags(bsym, {BoundSymbolTag.BACKWARD}):
+            return
+        aliased = self.aliased_region_inputs(bsym, write_groups)
+        if self.region_ends or aliased:
+            self.end_region(i, bsym, effect, write_groups, aliased)
+        self.note_region_inputs(bsym, write_groups)
+
+    def end_region(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str], aliased: set[str]) -> None:
+        used = {self.walk.info.group_of(p) for p in tensor_args(bsym)}
+        touched = sorted(
+            {g for g in used if (g, "use") in self.region_ends or self.write_after_write(g, bsym, effect, write_groups)}
+            | {g for g in write_groups if (g, "write_into") in self.region_ends and self.read_used_after(g, i)
+               and self.writes_part_of(g, bsym, effect)}
+            | aliased
+        )
+        if not touched:
+            return
+        plan = Plan()
+        if aliased:
+            plan.reasons.append(f"torch.compile: {describe(bsym)} would make one region write an input aliased by another of its inputs")
+        for g in touched:
+            for m in self.all_members().get(g, ()):
+                if m in self.walk.defined and self.walk.last_use.get(m, -1) >= i and not self.walk.grad_taken_of(m):
+                    v = self.walk.current(self.walk.proxies[m])
+                    plan.rename.setdefault(v.name, (v, None))
+                    self.routed.add(m)
+        # One barrier ends the region for everything pending: after it a new region starts.
+        for end in {(id(e.who), e.why): e for e in self.region_ends.values()}.values():
+            plan.witnesses.append(end.witness)
+            plan.reasons.append(f"torch.compile: {describe(bsym)} {end.why} {describe(end.who)}")
+        self.cross_cut(i, bsym, plan)
+
+    def cross_cut(self, i: int, bsym: BoundSymbol, plan: Plan) -> None:
+        """Emit ``plan`` as the unfused barrier before ``bsym`` at which a new ``torch_compile_ex``
+        region starts, and route through it every value the regions after it still need."""
+        self.region_ends.clear()
+        self.derived_from.clear()
+        self.derived_names.clear()
+        # A view first used after the cut moves after it instead of crossing it (see deferred_views).
+        deferred = self.deferred_views(i, plan)
+        # Every other value still needed crosses the cut through this barrier too: a region
+        # after it then has no direct edge from one before it, so Thunder's rematerialization
+        # cannot recompute such a value there from an input the write has since changed.
+        for m, p in self.walk.proxies.items():  # trace order: the barrier's text is stable
+            if m in deferred:
+                continue
+            if m in self.walk.defined and m not in self.walk.inputs and self.walk.last_use.get(m, -1) >= i and not self.walk.grad_taken_of(m):
+                v = self.walk.current(p)
+                plan.rename.setdefault(v.name, (v, None))
+                self.routed.add(m)
+        # So do the witnesses of accesses a later barrier may still have to order.
+        for accesses in self.walk.epoch.values():
+            for _, wit, _ in accesses:
+                if wit is not None and wit.name not in self.walk.inputs and not self.walk.grad_taken_of(wit.name):
+                    v = self.walk.current(wit)
+                    plan.rename.setdefault(v.name, (v, None))
+                    self.routed.add(wit.name)
+        # By the names they are recorded under too: a witness may be an older name of a
+        # version an earlier region end already renamed.
+        self.routed.update(plan.rename)
+        self.walk.emit(plan, bsym, pin=True)
+        self.walk.move_to_end(set(deferred.values()))
+
+    def deferred_views(self, i: int, plan: Plan) -> dict[str, int]:
+        """Views made before the cut at ``i`` and first used at or after it: name -> output position.
+
+        Routed across the cut, such a view of an input reaches the next region as a second input
+        aliasing the first, and AOT autograd's synthetic base fails when the region writes one
+        of them (``t2 = a[:2]; <cut>; a.index_copy_(0, idx, t2)``: ``create_synthetic_base_metadata``,
+        torch 2.11).  Made after the cut instead, it is computed inside the region from its base.
+        A view reads no data, so where it is made orders nothing."""
+        out: dict[str, int] = {}
+        candidates = {k for m, k in self.walk.made_at.items() if k < i and m in self.walk.defined and self.walk.last_use.get(m, -1) >= i}
+        if not candidates:
+            return out
+        witnesses = {w.name for accesses in self.walk.epoch.values() for _, w, _ in accesses if w is not None}
+        read_so_far: set[str] | None = None  # names the output already reads (barriers included)
+        for k in sorted(candidates):
+            b, e = self.walk.bsyms[k], self.walk.info.effects[k]
+            if not e.is_view or e.writes or view_kind(b) != "view" or has_tags(b, {BoundSymbolTag.BACKWARD}):
+                continue
+            names = [o.name for o in b.flat_proxy_outs]
+            # Every output moves with the bsym: none may be read before the cut (a barrier
+            # included), renamed, pending as a witness, or already differentiated.
+            if any(
+                self.walk.first_use.get(n, i) < i or n in witnesses or n in plan.rename or n in self.walk.inputs
+                or (n in self.walk.proxies and (self.walk.current(self.walk.proxies[n]).name != n or self.walk.grad_taken_of(n)))
+                for n in names
+            ):
+                continue
+            if read_so_far is None:
+                read_so_far = {p.name for o in self.walk.out for p in o.flat_proxy_args}
+            if read_so_far.intersection(names):
+                continue
+            out.update((n, k) for n in names)
+        return out
+
+    def aliased_region_inputs(self, bsym: BoundSymbol, write_groups: set[str]) -> set[str]:
+        """The groups of which ``bsym`` would make its region receive two inputs, one written.
+
+        AOT autograd replays the views of such inputs on a synthetic base and fails on some
+        (``t0 = a.reshape(3, 4)`` with ``a`` of shape (12,), then ``a[0] = 2.0; a[0] = 0.5; t1
+        = t0[::2]`` with a cut between the writes: "incorrect out shape after application of
+        ViewMeta sequence", torch 2.11).  Plain Thunder never hands a region two aliased
+        inputs; a cut does, routing ``a`` and ``t0`` across it.  A further cut keeps them in
+        different regions, unless ``bsym`` alone brings both."""
+        if not self.cut_origin:
+            return set()
+        mine = self.region_inputs_of(bsym)
+        conflicts = set()
+        for g in mine.keys() | write_groups:
+            names = mine.get(g, set())
+            together = self.region_inputs_used.get(g, set()) | names
+            written = g in self.region_written or g in write_groups
+            alone = g in write_groups and len(names) > 1
+            if written and len(together) > 1 and not alone:
+                conflicts.add(g)
+        return conflicts
+
+    def region_inputs_of(self, bsym: BoundSymbol) -> dict[str, set[str]]:
+        """Per group, the outputs of the last cut that ``bsym``'s arguments are versions of."""
+        mine: dict[str, set[str]] = {}
+        for p in tensor_args(bsym):
+            o = self.cut_origin.get(self.walk.current(p).name)
+            if o is not None:
+                mine.setdefault(o[1], set()).add(o[0])
+        return mine
+
+    def note_region_inputs(self, bsym: BoundSymbol, write_groups: set[str]) -> None:
+        if not self.cut_origin:
+            return
+        for g, names in self.region_inputs_of(bsym).items():
+            self.region_inputs_used.setdefault(g, set()).update(names)
+        self.region_written |= write_groups
+
+    def read_used_after(self, g: str, i: int) -> bool:
+        """Whether a value derived from a read of input ``g`` in this region is used after bsym ``i``.
+
+        Only then can Inductor recompute the read after the write; the reads inside a write's
+        own decomposition (``x.view(-1)[::2].mul_(2)`` reshapes and multiplies ``x``) feed
+        that write alone."""
+        return any(self.walk.last_use.get(n, -1) > i for n in self.derived_names.get(g, ()))
+
+    def write_after_write(self, g: str, bsym: BoundSymbol, effect, write_groups: set[str]) -> bool:
+        """Whether ``bsym`` is a write that uses ``g`` after a write into an input that used it,
+        with one of the two writing only part of a tensor (the second family of
+        :meth:`split_for_torch_compile`)."""
+        end = self.region_ends.get((g, "write"))
+        return bool(write_groups) and end is not None and (end.partial or self.writes_part(bsym, effect))
+
+    def writes_part(self, bsym: BoundSymbol, effect) -> bool:
+        """Whether ``bsym`` writes only part of some tensor: ``setitem_``, or through a view with
+        fewer elements than the largest member of its storage group (its base)."""
+        if bsym.sym.name == "setitem_":
+            return True
+        if self._group_numel is None:  # once per pass: a scan per write would be quadratic on loops
+            self._group_numel = {}
+            for name, p in self.walk.proxies.items():
+                g = self.walk.info.group_of(name)
+                self._group_numel[g] = max(self._group_numel.get(g, 0), p.numel)
+        return any(w.numel < self._group_numel.get(self.walk.info.group_of(w), 0) for w in effect.writes)
+
+    def copies_a_slice_write(self, bsym: BoundSymbol) -> bool:
+        """A ``copy_`` of a value a partial write made (``b[1:] = t`` decomposed at the fusion stage:
+        ``t32 = copy_with_setitem(b, ...); copy_(t32, b)``): in a region, Inductor treats it as the
+        partial write it is (soak seed 15000: ``t2 = b.cos(); b[1:] = t1; return t2``, grad)."""
+        if not is_copy(bsym):
+            return False
+        # An epilogue copy_ (an input whose writes became values) stays out of every region
+        # (unfuse_epilogue), and on the final trace writes the slice in place (reinplace_inputs).
+        if any(self.walk.info.group_of(w) == self.walk.info.group_of(n) for w in effect_of(bsym).writes for n in self.walk.options.config.epilogue_inputs if n in self.walk.proxies):
+            return False
+        src = tensor_args(bsym)[0]
+        k = self.walk.made_at.get(src.name)
+        return k is not None and str(self.walk.bsyms[k].sym.name) in SLICE_WRITES
+
+    def writes_part_of(self, g: str, bsym: BoundSymbol, effect) -> bool:
+        """Whether ``bsym`` writes only part of the input storage ``g`` (setitem, or through a smaller
+        view, or a copy of a value a partial write made)."""
+        if bsym.sym.name == "setitem_" or self.copies_a_slice_write(bsym):
+            return True
+        whole = max((self.walk.proxies[n].numel for n in self.walk.inputs if n in self.walk.proxies and self.walk.info.group_of(self.walk.proxies[n]) == g), default=0)
+        return any(self.walk.info.group_of(w) == g and w.numel < whole for w in effect.writes)
+
+    def note_region_ends(self, bsym: BoundSymbol, effect, write_groups: set[str]) -> None:
+        """Remember where a region must end (see :meth:`split_for_torch_compile`)."""
+        if has_tags(bsym, {BoundSymbolTag.BACKWARD}):
+            return
+        outs = tensor_outs(bsym)
+        if not outs:
+            return
+        ends = self.region_ends
+        if is_copy(bsym) or is_copy_composite(bsym):
+            for p in tensor_args(bsym):
+                g = self.walk.info.group_of(p)
+                if g not in write_groups and not any(p is w for w in effect.writes):
+                    ends[(g, "use")] = _RegionEnd(bsym, outs[0], "uses the source of", "use")
+        read_inputs = {self.walk.info.group_of(p) for p in tensor_args(bsym)} & self.input_groups()
+        if write_groups & self.input_groups():
+            # The inputs it reads too, not only the one it writes: `a[0] = rm; rm.mul_(0.9)` in
+            # one region leaves a wrong `rm`.
+            partial = self.writes_part(bsym, effect)
+            for g in read_inputs:
+                end = ends.get((g, "write"))
+                if end is None or (partial and not end.partial):
+                    ends[(g, "write")] = _RegionEnd(bsym, outs[0], "writes with an input after the write", "write", partial)
+        # What this bsym's outputs derive from: its own reads of inputs, and what its arguments
+        # derive from; a write's output is the new version of its destination, not a read of it.
+        derived = set().union(*(self.derived_from.get(p.name, ()) for p in tensor_args(bsym)))
+        if not (effect.is_view or effect.is_barrier or is_return(bsym)):
+            for g in read_inputs - write_groups:
+                ends.setdefault((g, "write_into"), _RegionEnd(bsym, outs[0], "writes an input read by", "write_into"))
+                derived.add(g)
+        derived -= write_groups
+        if derived:
+            frozen = frozenset(derived)
+            for o in outs:
+                self.derived_from[o.name] = frozen
+                for g in frozen:
+                    self.derived_names.setdefault(g, []).append(o.name)
+
+    def input_groups(self) -> set[str]:
+        """The storage groups of the trace's inputs (what the caller can observe)."""
+        if self._input_groups is None:
+            self._input_groups = {self.walk.info.group_of(self.walk.proxies[n]) for n in self.walk.inputs if n in self.walk.proxies}
+        return self._input_groups
+
+    def all_members(self) -> dict[str, list[str]]:
+        if self._all_members is None:
+            self._all_members = self.walk.info.groups.members()
+        return self._all_members
+
+
+# -- after the walk: the epilogue outside every region ----------------------------------------
+
+
+def unfuse_epilogue(
+    bsyms: list[BoundSymbol], epilogue_inputs: frozenset[str], executors, pin, trace: TraceCtx | None = None
+) -> list[BoundSymbol]:
+    """The epilogue (the ``copy_``s into ``epilogue_inputs`` after which the forward writes
+    nothing, thunder_ext.functionalize's write-back) bound as the torch executor's ``copy_``,
+    which ``torch_compile_ex`` does not fuse: its regions then hold values only.
+
+    Inductor miscompiles regions that end with such copies: ``rm.copy_(rv); rv.mul_(rm)`` as
+    values (``rm1 = clone(rv); rv1 = rv * rm1``, then ``copy_(rm1, rm); copy_(rv1, rv)``) leaves
+    ``rm == rv * rv`` (torch 2.11); ``t = batch_norm(a, rm, rv, training=True); a.copy_(t); return
+    t.mean(1), t * 3`` a wrong mean.  Unfused, each copy is one eager ``copy_`` call after the
+    region, and the region count stays plain Thunder's.  A barrier among them is bound as ``pin``
+    (unfused) too, or under consecutive fusion it would make a region of its own.
+    """
+    from thunder.executors.torchex import copy_ as torch_copy_
+
+    if not any(getattr(ex, "name", None) == "torch" for ex in executors or ()):
+        return bsyms
+    out = list(bsyms)
+    sources: dict[str, str] = {}  # the value an epilogue copies -> the input it copies it into
+    through: dict[str, str] = {}  # barrier output -> the name it renames (an epilogue writes through one)
+    for b in out:
+        if is_barrier(b):
+            for o, i in zip(tensor_outs(b), tensor_args(b)):
+                through[o.name] = through.get(i.name, i.name)
+    for k in range(len(out) - 1, -1, -1):
+        b = out[k]
+        if is_return(b) or has_tags(b, {BoundSymbolTag.BACKWARD}):
+            continue
+        if is_barrier(b):
+            if b.sym is not pin:
+                out[k] = pin.bind(*b.args, output=b.output).from_bsym(
+                    header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
+                )
+            continue
+        effect = effect_of(b)
+        if effect.is_view and not effect.writes:
+            continue  # a view reads no data: one of an epilogue's output (``b.unsqueeze(0)`` returned) may follow it
+        if not effect.writes or not all(through.get(w.name, w.name) in epilogue_inputs for w in effect.writes):
+            break
+        copy = b if b.sym.id == prims.PrimIDs.COPY_ else (b.subsymbols[-1] if b.subsymbols else None)
+        outs = tensor_outs(b)
+        if copy is None or copy.sym.id != prims.PrimIDs.COPY_ or len(outs) != 1 or len(copy.args) < 2:
+            break
+        src, dst = copy.args[0], copy.args[1]
+        if src.dtype != dst.dtype or tuple(src.shape) != tuple(dst.shape):
+            break  # a cast inside the composite: leave it as it is
+        out[k] = torch_copy_.bind(src, dst, grad_enabled=False, output=outs[0]).from_bsym(
+            header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
+        )
+        sources[src.name] = through.get(dst.name, dst.name)
+    return _unfuse_dying_slice_writes(out, sources, through, trace) if trace is not None else out
+
+
+# The ops functionalize turns a partial write into (a setitem; a scatter through a slice).
+SLICE_WRITES = frozenset({"setitem", "copy_with_setitem", "index_copy"})
+
+
+def _unfuse_dying_slice_writes(out: list[BoundSymbol], sources: dict[str, str], through: dict[str, str], trace) -> list[BoundSymbol]:
+    """An epilogue's value made by a partial write of its input (``kc[:, pos] = k`` as a value:
+    a setitem or a slice scatter) whose old value nothing reads afterwards: that op is claimed by
+    the torch executor too, outside every ``torch_compile_ex`` region, so that on the final trace
+    it can write the input in place (``reinplace.reinplace_inputs``) instead of a region copying
+    the whole input on every call."""
+    from thunder.executors.torchex import ex as torchex
+
+    made_at = {p.name: k for k, b in enumerate(out) for p in b.flat_proxy_outs}
+    for src, x in sources.items():
+        k = made_at.get(src)
+        if k is None:
+            continue
+        p = out[k]
+        args = tensor_args(p)
+        if p.sym.name not in SLICE_WRITES or has_tags(p, {BoundSymbolTag.BACKWARD}) or not args:
+            continue
+        if through.get(args[0].name, args[0].name) != x:
+            continue
+        late = False
+        for b in out[k + 1 :]:
+            writes = effect_of(b).writes
+            if is_barrier(b) or (writes and through.get(writes[0].name, writes[0].name) == x):
+                continue
+            names = returned_data(b) if is_return(b) else {a.name for a in tensor_args(b)}
+            if any(through.get(n, n) == x for n in names):
+                late = True
+                break
+        if late:
+            continue
+        claimed = _claim(trace, [p], [torchex])
+        if not claimed or any(c.sym.executor is not torchex for c in claimed):
+            continue
+        out[k : k + 1] = [c.from_bsym(source_filename=p.source_filename, source_positions=p.source_positions) for c in claimed]
+        made_at = {q.name: j for j, b in enumerate(out) for q in b.flat_proxy_outs}
+    return out
