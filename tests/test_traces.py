@@ -617,3 +617,44 @@ def test_writes_through_private_views_match_eager_with_grad(executors: str):
     assert verdict.status == "correct", verdict.detail
     for t in final_traces(verdict.outcome.compiled)[0]:
         assert _copies(t) == 0, str(t)
+
+
+_HASH_ORDER_PROGRAM = '''
+import warnings
+import torch, thunder, torch.nn.functional as F
+from thunder.executors.torch_compile import torch_compile_ex
+from thunder_ext import InplaceBarrierTransform, fusion_stage_traces
+warnings.filterwarnings("ignore")
+
+def f(a, rm, rv):
+    rm[1:] = -0.5
+    t0 = rm + rv
+    F.batch_norm(a, rm, rv, training=True, momentum=0.1)
+    return rm, t0, rv
+
+j = thunder.jit(f, transforms=[InplaceBarrierTransform()], fusion_type="dataflow",
+                executors=[torch_compile_ex, *thunder.get_default_executors()])
+j(torch.randn(4, 3), torch.zeros(3), torch.ones(3))
+print("TRACE")
+print(fusion_stage_traces(j)[0])
+'''
+
+
+def test_barriers_do_not_depend_on_the_hash_seed(tmp_path):
+    """The remat pin after ``batch_norm`` (which writes two groups) listed its operands in the
+    iteration order of a set of group names, so the fusion-stage trace differed between
+    processes (PYTHONHASHSEED 0 and 2 gave ``(rv, t43, ...)`` and ``(t43, rv, ...)``)."""
+    import os
+    import subprocess
+    import sys
+
+    texts = []
+    for seed in ("0", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-c", _HASH_ORDER_PROGRAM], env=env, capture_output=True, text=True,
+                              timeout=600, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+        trace = done.stdout.split("TRACE\n", 1)[1]
+        assert "update_aliases" in trace
+        texts.append(re.sub(r"took \d+ m(illi)?s(econds)?", "", trace))
+    assert texts[0] == texts[1]

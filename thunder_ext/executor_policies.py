@@ -51,7 +51,7 @@ class RematPins(WalkPolicy):
 
     def after(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str]) -> None:
         if i in self.writes and effect.writes and not has_tags(bsym, {BoundSymbolTag.BACKWARD}):
-            for g in write_groups:
+            for g in sorted(write_groups):  # sorted: the pin's operands do not depend on hash order
                 self.pending[g] = self.walk.last_write[g]
 
     def pin_backward_reads(self, bsym: BoundSymbol) -> None:

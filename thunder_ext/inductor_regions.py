@@ -368,7 +368,7 @@ class InductorRegions(WalkPolicy):
             # The inputs it reads too, not only the one it writes: `a[0] = rm; rm.mul_(0.9)` in
             # one region leaves a wrong `rm`.
             partial = self.writes_part(bsym, effect)
-            for g in read_inputs:
+            for g in sorted(read_inputs):
                 end = ends.get((g, "write"))
                 if end is None or (partial and not end.partial):
                     ends[(g, "write")] = _RegionEnd(bsym, outs[0], "writes with an input after the write", "write", partial)
@@ -376,7 +376,7 @@ class InductorRegions(WalkPolicy):
         # derive from; a write's output is the new version of its destination, not a read of it.
         derived = set().union(*(self.derived_from.get(p.name, ()) for p in tensor_args(bsym)))
         if not (effect.is_view or effect.is_barrier or is_return(bsym)):
-            for g in read_inputs - write_groups:
+            for g in sorted(read_inputs - write_groups):  # sorted: stable barrier operands
                 ends.setdefault((g, "write_into"), _RegionEnd(bsym, outs[0], "writes an input read by", "write_into"))
                 derived.add(g)
         derived -= write_groups
