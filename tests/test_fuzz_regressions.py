@@ -1399,3 +1399,95 @@ def test_returned_view_of_a_plain_input_written_with_grad_is_answered():
     for config in CONFIGS:
         v = differential(lambda: (returned_input_and_its_view_written_with_grad, make(True), {}), config)
         assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail
+
+
+# -- soak seed 17000: a write through a view older than its storage's gradient -------------------
+
+
+def write_through_view_made_before_a_grad_write(a, b):
+    t0 = b[::2]
+    b.add_(a)  # b (no grad) now carries a's gradient; t0 was made before
+    t0 += t0  # eager: "a leaf Variable that requires grad is being used in an in-place operation"
+    return (a * 2,)
+
+
+def write_through_transpose_made_before_a_slice_grad_write(a, b):
+    t0 = b.t()
+    b[1].copy_(a[0])
+    t0.mul_(2)
+    return (a.sin(),)
+
+
+def write_through_view_of_private_made_before_a_grad_write(a, b):
+    t = b * 2
+    t0 = t.view(12)
+    t.add_(a)
+    t0.sin_()
+    return (a * 1,)
+
+
+def read_of_view_made_before_a_grad_write(a, b):
+    t0 = b[::2]
+    b.add_(a)
+    return (t0.sin(), t0)
+
+
+def write_through_view_made_after_a_grad_write(a, b):
+    t0 = b[::2]
+    b.add_(a)
+    t1 = b[::2]
+    t1 += 1
+    return (t1, t0.cos())
+
+
+def write_through_view_made_before_a_no_grad_write(a, b):
+    t0 = b[::2]
+    with torch.no_grad():
+        b.add_(a)
+    t0 += 1
+    return (b,)
+
+
+EAGER_REFUSES = [
+    write_through_view_made_before_a_grad_write,
+    write_through_transpose_made_before_a_slice_grad_write,
+    write_through_view_of_private_made_before_a_grad_write,
+]
+EAGER_ANSWERS = [
+    read_of_view_made_before_a_grad_write,
+    write_through_view_made_after_a_grad_write,
+    write_through_view_made_before_a_no_grad_write,
+]
+
+
+@pytest.mark.parametrize("fn", EAGER_REFUSES, ids=lambda f: f.__name__)
+def test_write_through_view_older_than_its_gradient_is_refused_as_eager_does(fn):
+    """Soak seed 17000, program 1256: eager raises on the write through the old view, and the
+    transform returned numbers (plain Thunder too).  Now ViewGradientError, in every cell; without
+    grad (``a`` not requiring grad) there is nothing to refuse, and the answer is eager's."""
+    from thunder_ext import ViewGradientError
+    from thunder_ext.testing.compare import error_in_chain, execute
+
+    make = lambda g: (_x(g), _x(False))  # noqa: E731
+    assert execute(fn, list(make(True)), {}).error is not None  # eager refuses with grad
+    assert_matches_eager(fn, make, configs=(*CONFIGS, *TORCH_COMPILE))
+    for config in (*CONFIGS, *TORCH_COMPILE):
+        v = differential(lambda: (fn, make(True), {}), config)
+        assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail
+        assert "eager raises on this write" in str(error_in_chain(v.outcome.error, ViewGradientError))
+    # Through ThunderFX, Dynamo's fake-tensor run raises eager's error before Thunder sees a graph.
+    v = differential(lambda: (fn, make(True), {}), replace(CONFIGS[1], entry="thunderfx"))
+    assert v.status == "crash" and "leaf Variable" in str(error_in_chain(v.outcome.error, RuntimeError)), v.detail
+
+
+@pytest.mark.parametrize("fn", EAGER_ANSWERS, ids=lambda f: f.__name__)
+def test_views_eager_accepts_around_a_grad_write_are_answered(fn):
+    """The shapes next to it that eager computes: a read of the old view, a view made after the
+    write, and a write through the old view after a write made under no_grad.  Each is answered, with eager's values and
+    gradients."""
+    from thunder_ext.testing.compare import execute
+
+    make = lambda g: (_x(g), _x(False))  # noqa: E731
+    assert execute(fn, list(make(True)), {}).error is None
+    cells = judge_function(fn, make, configs=(*CONFIGS, *TORCH_COMPILE)).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))

@@ -42,6 +42,7 @@ from thunder_ext.errors import (
 )
 from thunder_ext.op_kinds import (
     copies_without_grad,
+    describe,
     effect_of,
     is_barrier,
     is_copy,
@@ -80,6 +81,7 @@ def refuse_unsupported_gradients(
     if graph_module:
         refuse_plain_input_history_under_thunderfx(before, diff, stripped)
     refuse_gradless_overwrite(before, diff, stripped)
+    refuse_writes_through_views_older_than_their_gradient(diff, stripped)
     refuse_kept_writes_whose_backward_reads_the_old_value(after, diff, placed)
     independent = refuse_written_grad_inputs(before, stripped)
     refuse_running_stats_with_grad(before, diff)
@@ -264,6 +266,52 @@ def refuse_plain_input_history_under_thunderfx(
                     "reach it",
                     b,
                 )
+
+
+def refuse_writes_through_views_older_than_their_gradient(diff: set[str], stripped: tuple[list[BoundSymbol], AliasInfo]) -> None:
+    """Refuse, as eager does, a write with grad enabled through a view made before its storage
+    was written with a value that carries a gradient.
+
+    ``v = b[::2]; b.add_(a); v += 1`` (``a`` requires grad, ``b`` does not): the view was made
+    when its base had no history, and eager raises "a leaf Variable that requires grad is being
+    used in an in-place operation" at ``v += 1``.  Plain Thunder returns numbers for it, and so
+    did the transform (soak seed 17000).  A view made after the write (``b[::2] += 1``), a read
+    of the old view, and a write to it under ``torch.no_grad()`` are all fine in eager, and
+    here.
+    """
+    bsyms, info = stripped
+    young: dict[str, str] = {}  # view -> its group: made from a value without gradient, before any gradient write
+    stale: dict[str, BoundSymbol] = {}  # view -> the write that gave its storage a gradient after it was made
+    carries: set[str] = set()  # groups written with a value that carries a gradient
+    for b, effect in zip(bsyms, info.effects):
+        if effect.is_view and not effect.writes:
+            for o, a in effect.aliases:
+                g = info.group_of(o)
+                if g not in carries and a.name not in diff:
+                    young[o.name] = g
+            continue
+        if not effect.writes:
+            continue
+        with_grad = writes_with_grad(b)
+        for w in effect.writes:
+            if with_grad and w.name in stale:
+                raise ViewGradientError(
+                    f"`{w.name}` is a view made before {describe(stale[w.name])} wrote a value that requires "
+                    "grad into its storage; eager raises on this write (\"a leaf Variable that requires grad is "
+                    "being used in an in-place operation\"). Make the view after that write, or write under "
+                    "torch.no_grad() if no gradient should flow through it",
+                    b,
+                )
+        for w in effect.writes:
+            g = info.group_of(w)
+            new = [o for o, a in effect.aliases if a.name == w.name]
+            if with_grad and g not in carries and any(o.name in diff for o in new):
+                carries.add(g)
+                # The written view itself gets the write's history; the other views made before do not.
+                stale.update((v, b) for v, vg in young.items() if vg == g and v != w.name)
+            for o in new:  # the write's output is the same view, stale or not
+                if w.name in stale:
+                    stale[o.name] = stale[w.name]
 
 
 def refuse_gradless_overwrite(
