@@ -1491,3 +1491,45 @@ def test_views_eager_accepts_around_a_grad_write_are_answered(fn):
     assert execute(fn, list(make(True)), {}).error is None
     cells = judge_function(fn, make, configs=(*CONFIGS, *TORCH_COMPILE)).cells
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+def no_grad_write_through_view_of_grad_input_nothing_differentiable_returned(a, rv):
+    t1 = a.reshape(3, 4)
+    with torch.no_grad():
+        rv.mul_(0.9).add_(a.mean(0), alpha=0.1)
+    with torch.no_grad():
+        t1.mul_(0.5)
+    return (rv,)
+
+
+def no_grad_write_through_view_of_grad_input_differentiable_returned(a):
+    t0 = a * 2
+    t1 = a.reshape(3, 4)
+    with torch.no_grad():
+        t1.mul_(0.5)
+    return (t0,)
+
+
+def test_no_grad_view_write_with_nothing_differentiable_returned_is_answered_torch_compile():
+    """Was a needless ViewGradientError with torch_compile_ex (soak seed 17000, program 6032): class
+    5 refused the return's stale read of `a` after a no-grad write through its view.  The return
+    reads `a` only in its flat_args, and nothing it returns carries a gradient, so there is no
+    backward to get wrong; plain Thunder is right.  Where a returned value does carry one, it
+    stays refused with torch_compile_ex (plain Thunder is wrong there).
+
+    With the default executors that second program was silently wrong (plain Thunder crashes):
+    the return's own barrier renamed `a` in flat_args, by which Thunder collects the input's
+    gradient, so every output lost its history.  flat_args now keeps `a`."""
+    from thunder_ext import ViewGradientError
+    from thunder_ext.testing.compare import error_in_chain
+
+    cells = judge_function(no_grad_write_through_view_of_grad_input_nothing_differentiable_returned,
+                           lambda g: (_x(g), torch.rand(3)), configs=(*CONFIGS, *TORCH_COMPILE)).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+    fn = no_grad_write_through_view_of_grad_input_differentiable_returned
+    assert_matches_eager(fn, lambda g: (_x(g),), configs=(*CONFIGS, *TORCH_COMPILE))
+    cells = judge_function(fn, lambda g: (_x(g),), configs=CONFIGS).cells
+    assert cells and all(c.status == "correct" for c in cells), "\n".join(map(str, cells))
+    for config in TORCH_COMPILE:
+        v = differential(lambda: (fn, (_x(True),), {}), config)
+        assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail

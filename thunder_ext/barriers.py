@@ -277,6 +277,8 @@ class _Placer:
         # Versions that carry gradients: a write with grad disabled into one gets a straight-through barrier.
         self.grad_versions: set[str] = set(differentiable)
         self.straight_versions: set[str] = set()  # the versions straight_through made
+        self.straight_groups: set[str] = set()  # their storage groups
+        self.grad_written: set[str] = set()  # groups written with grad enabled
         self.origin: list[int] = []  # output position -> stripped index (-1 for a barrier)
         self.out: list[BoundSymbol] = []
 
@@ -408,6 +410,8 @@ class _Placer:
         for policy in self.policies:
             policy.before(i, bsym, effect, write_groups)
         cur = self.renamed(bsym)
+        if effect.writes and writes_with_grad(bsym):
+            self.grad_written |= write_groups
         if bsym.sym.id == prims.PrimIDs.GET_GRAD:
             self.grad_taken.update(p.name for p in (*bsym.flat_proxy_args, *cur.flat_proxy_args))
         my_anc = self.ancestry(cur)
@@ -487,13 +491,18 @@ class _Placer:
         self.emit(plan, write)  # after the write, which is already out
         self.grad_versions.add(self.current(prev).name)
         self.straight_versions.add(self.current(prev).name)
+        self.straight_groups.add(self.storage_of(prev.name))
 
     def keep_grad_inputs(self, cur: BoundSymbol) -> BoundSymbol:
-        """The return's ``flat_args`` keep an input's own name where its newest version is straight-through.
+        """The return's ``flat_args`` keep an input's own name where its newest version is
+        straight-through, or is any version of an input gradients flow through whose storage was
+        written under no-grad only (through a view: ``t1 = a.reshape(3, 4)``, then a no-grad
+        ``t1.mul_(0.5)``, leaves ``a`` renamed by the return's own barrier).
 
         Thunder's grad transform collects the inputs' gradients by the names in ``flat_args``;
-        a newer version there would get none (plain Thunder's gradient sink).  Ordering the
-        write before the return is then the fusion-stage pass's job, as for a dropped witness.
+        a newer version there would get none (plain Thunder's gradient sink: with a barrier's
+        output there, every output lost its history).  Ordering the write before the return is
+        then the fusion-stage pass's job, as for a dropped witness.
         """
         # The input each straight-through version is the newest version of (Thunder's own alias
         # pass already renamed flat_args to the write's output, so the name is found this way).
@@ -501,12 +510,16 @@ class _Placer:
         for x in self.inputs:
             if x in self.proxies:
                 newest.setdefault(self.current(self.proxies[x]).name, []).append(self.proxies[x])
-        return _map_flat_args(
-            cur,
-            lambda c: newest[c.name][0]
-            if isinstance(c, TensorProxy) and c.name in self.straight_versions and len(newest.get(c.name, ())) == 1
-            else c,
-        )
+
+        def keep(c):
+            if not isinstance(c, TensorProxy) or len(newest.get(c.name, ())) != 1:
+                return c
+            x = newest[c.name][0]
+            g = self.storage_of(x.name)
+            no_grad_only = x.name in self.differentiable and g in self.straight_groups and g not in self.grad_written
+            return x if c.name in self.straight_versions or no_grad_only else c
+
+        return _map_flat_args(cur, keep)
 
     def forward_flat_args(self, cur: BoundSymbol) -> BoundSymbol:
         """The joint trace's return keeps, in ``flat_args``, the forward's version of each input.
