@@ -3,7 +3,8 @@
 The walk (:class:`thunder_ext.barriers._Placer`) orders accesses to mutated storage and
 nothing else.  An executor's further needs are policies (:mod:`thunder_ext.executor_policies`,
 :mod:`thunder_ext.inductor_regions`), chosen once per walk, which the walk calls at fixed points
-of each step.  A policy adds barriers only through the walk's ``emit``; it never removes a bsym.
+of each step.  A policy adds barriers only through the walk's ``emit``; it never removes a bsym
+(a ``torch_compile_ex`` cut moves views, which read no data, after itself).
 """
 
 from __future__ import annotations

@@ -277,7 +277,6 @@ class _Placer:
         # Versions that carry gradients: a write with grad disabled into one gets a straight-through barrier.
         self.grad_versions: set[str] = set(differentiable)
         self.straight_versions: set[str] = set()  # the versions straight_through made
-        self.straight_groups: set[str] = set()  # their storage groups
         self.grad_written: set[str] = set()  # groups written with grad enabled
         self.origin: list[int] = []  # output position -> stripped index (-1 for a barrier)
         self.out: list[BoundSymbol] = []
@@ -491,7 +490,6 @@ class _Placer:
         self.emit(plan, write)  # after the write, which is already out
         self.grad_versions.add(self.current(prev).name)
         self.straight_versions.add(self.current(prev).name)
-        self.straight_groups.add(self.storage_of(prev.name))
 
     def keep_grad_inputs(self, cur: BoundSymbol) -> BoundSymbol:
         """The return's ``flat_args`` keep an input's own name where its newest version is
@@ -510,13 +508,14 @@ class _Placer:
         for x in self.inputs:
             if x in self.proxies:
                 newest.setdefault(self.current(self.proxies[x]).name, []).append(self.proxies[x])
+        straight_groups = {self.storage_of(v) for v in self.straight_versions}
 
         def keep(c):
             if not isinstance(c, TensorProxy) or len(newest.get(c.name, ())) != 1:
                 return c
             x = newest[c.name][0]
             g = self.storage_of(x.name)
-            no_grad_only = x.name in self.differentiable and g in self.straight_groups and g not in self.grad_written
+            no_grad_only = x.name in self.differentiable and g in straight_groups and g not in self.grad_written
             return x if c.name in self.straight_versions or no_grad_only else c
 
         return _map_flat_args(cur, keep)
@@ -658,21 +657,6 @@ class _Placer:
                 self.touched_forward.add(o.name)
         self.out.append(barrier)
         self.origin.append(-1)
-
-    def move_to_end(self, ks: set[int]) -> None:
-        """Move the output bsyms made from stripped bsyms ``ks`` to the end, on current names
-        (views made after a region cut, ``InductorRegions.deferred_views``)."""
-        if not ks:
-            return
-        keep = [(b, j) for b, j in zip(self.out, self.origin) if j not in ks]
-        self.out, self.origin = [b for b, _ in keep], [j for _, j in keep]
-        for k in sorted(ks):
-            cur = self.renamed(self.bsyms[k])
-            anc = self.ancestry(cur)
-            for o in cur.flat_proxy_outs:
-                self.anc[o.name] = anc
-            self.out.append(cur)
-            self.origin.append(k)
 
     def barrier(self, symbol, members: list[TensorProxy], witnesses: list[TensorProxy], before: BoundSymbol, reasons):
         seen = {p.name for p in members}

@@ -227,7 +227,7 @@ class InductorRegions(WalkPolicy):
         # version an earlier region end already renamed.
         self.routed.update(plan.rename)
         self.walk.emit(plan, bsym, pin=True)
-        self.walk.move_to_end(set(deferred.values()))
+        self.move_after_cut(deferred)
 
     def deferred_views(self, i: int, plan: Plan) -> dict[str, int]:
         """Views made before the cut at ``i`` and first used at or after it: name -> output position.
@@ -262,6 +262,22 @@ class InductorRegions(WalkPolicy):
                 continue
             out.update((n, k) for n in names)
         return out
+
+    def move_after_cut(self, deferred: dict[str, int]) -> None:
+        """Move the walk's output bsyms that make ``deferred`` views to its end, on current names."""
+        if not deferred:
+            return
+        walk = self.walk
+        ks = set(deferred.values())
+        keep = [(b, j) for b, j in zip(walk.out, walk.origin) if j not in ks]
+        walk.out, walk.origin = [b for b, _ in keep], [j for _, j in keep]
+        for k in sorted(ks):
+            cur = walk.renamed(walk.bsyms[k])
+            anc = walk.ancestry(cur)
+            for o in cur.flat_proxy_outs:
+                walk.anc[o.name] = anc
+            walk.out.append(cur)
+            walk.origin.append(k)
 
     def aliased_region_inputs(self, bsym: BoundSymbol, write_groups: set[str]) -> set[str]:
         """The groups of which ``bsym`` would make its region receive two inputs, one written.
