@@ -49,3 +49,17 @@ ARGS_TENSOR_MASK = (
 )
 # Thunder main fixed ThunderFX on torch.autograd.Function, so the failure above is 0.2.6's only.
 ARGS_TENSOR_MASK_FAILS = not THUNDER_MAIN
+
+
+def gradless_copy_over_differentiable(b, c, rm, rv):
+    """A construct the transform refuses (``OverwriteGradientError``) where eager answers (soak seed 3)."""
+    rv.copy_(rm)
+    t0 = c.mean(0)
+    t0.copy_(rv)  # eager: c gets a zero gradient; Thunder: None, or a bare AssertionError
+    rv[1:] = 2.0
+    rm.copy_(rv)
+    return (t0,)
+
+
+def gradless_copy_args() -> tuple[torch.Tensor, ...]:
+    return torch.randn(4, 3, requires_grad=True), torch.randn(4, 3, requires_grad=True), torch.zeros(3), torch.ones(3)

@@ -18,7 +18,8 @@ import torch
 import thunder_ext
 from thunder_ext.cli import check_main, parse_input_spec
 from thunder_ext.doctor import CheckReport, check
-from thunder_ext.testing.gallery import returned_input_written_with_grad, war_long_chain
+from thunder_ext.testing.gallery import war_long_chain
+from support import gradless_copy_args, gradless_copy_over_differentiable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -110,13 +111,11 @@ def test_html_is_escaped():
 
 
 def test_refused_construct_is_reported_refused_and_unsafe():
-    # Class 5: the caller's tensor returned after a write with grad (anywhere else it is a value).
-    (a,) = _inputs((4, 3))
-    (w,) = _inputs((3,), grad=True)
-    r = check(returned_input_written_with_grad, a, w)
+    # A copy_ without gradient over a tensor with one, read afterwards: eager gives zeros.
+    r = check(gradless_copy_over_differentiable, *gradless_copy_args())
     for row in r.transform_rows:
         assert row.result == "refused"
-        assert "ViewGradientError" in row.detail
+        assert "OverwriteGradientError" in row.detail
     assert r.safe is False
     assert r.verdict.startswith("UNSAFE") and "refuses" in r.verdict
     assert str(r).startswith("UNSAFE")
@@ -242,8 +241,7 @@ def test_cli_unsafe_exits_1(tmp_path, monkeypatch, capsys):
 def test_cli_exit_status_follows_report_safe(monkeypatch, capsys):
     from thunder_ext import doctor
 
-    a, w = _inputs((4, 3), (3,))
-    unsafe = check(returned_input_written_with_grad, a, w.requires_grad_(), fusion_type="dataflow")
+    unsafe = check(gradless_copy_over_differentiable, *gradless_copy_args(), fusion_type="dataflow")
     assert not unsafe.safe
     monkeypatch.setattr(doctor, "check", lambda *a, **k: unsafe)
     assert check_main(["thunder_ext.testing.gallery:war_long_chain", "-i", "3,float32", "-i", "3,float32"]) == 1

@@ -1384,8 +1384,9 @@ def returned_input_and_its_view_written_with_grad(a, b):
 def test_returned_view_of_a_plain_input_written_with_grad_is_answered():
     """Was ViewGradientError (soak seed 15000, program 6421): the refusal of a returned input that
     does not require grad, after a write of a value that does, also caught views of it.  A view
-    is a new tensor, which Thunder returns with the write's history; only the input itself is
-    handed back bare."""
+    is a new tensor, which Thunder returns with the write's history.  The input itself returned
+    is answered too: the output is then the value written (with its history), not the caller's
+    tensor, which gets the value from the epilogue."""
     from thunder_ext import ViewGradientError
     from thunder_ext.testing.compare import error_in_chain
 
@@ -1396,9 +1397,60 @@ def test_returned_view_of_a_plain_input_written_with_grad_is_answered():
         # Under ThunderFX every such write is refused: Dynamo may return the input itself.
         v = differential(lambda: (fn, make(True), {}), replace(CONFIGS[1], entry="thunderfx"))
         assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail
-    for config in CONFIGS:
-        v = differential(lambda: (returned_input_and_its_view_written_with_grad, make(True), {}), config)
-        assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail
+    # The input itself returned: the output is the value written, which carries the history.
+    cells = judge_function(returned_input_and_its_view_written_with_grad, make, configs=(*CONFIGS, *TORCH_COMPILE)).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+
+# -- soak seed 18000: an input returned itself after a write carrying a gradient ----------------
+
+
+def returned_input_written_with_grad_zero_gradient(a, b):
+    b.sub_(a)
+    b.sub_(1.5)
+    b.add_(a)  # a's gradient through b is zero either way
+    return (b,)
+
+
+def returned_input_written_with_grad_nonzero_gradient(a, b):
+    b.sub_(a)
+    b.mul_(a)
+    return (b, b[0])
+
+
+def test_returned_input_written_with_grad_is_answered_with_the_value():
+    """Was ViewGradientError (soak seed 18000, a needless refusal: plain Thunder returns ``b``
+    without history, right only because the gradient is zero).  The output is now the value
+    written, which carries the history: eager's values and gradients where the gradient is not
+    zero too, which plain Thunder gets wrong (it misses the gradient through ``b``)."""
+    make = lambda g: (_x(g), _x(False))  # noqa: E731
+    for fn in (returned_input_written_with_grad_zero_gradient, returned_input_written_with_grad_nonzero_gradient):
+        cells = judge_function(fn, make, configs=(*CONFIGS, *TORCH_COMPILE)).cells
+        assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+    plain = differential(lambda: (returned_input_written_with_grad_nonzero_gradient, make(True), {}),
+                         replace(CONFIGS[1], transform=False, check=False))
+    assert plain.status != "correct", plain.detail
+
+
+def no_grad_write_through_view_of_grad_input_value_returned(a, rv):
+    t1 = a.reshape(3, 4)
+    with torch.no_grad():
+        rv.mul_(0.9).add_(a.mean(0), alpha=0.1)
+    with torch.no_grad():
+        t1.mul_(0.5)
+    return (rv * 1,)
+
+
+def test_write_through_view_of_grad_input_leaves_no_written_view_to_inductor():
+    """Crashed with torch_compile_ex under grad (plain Thunder right): the return was ordered
+    after the write into ``a``'s view through that view, which the region then returned, and
+    AOT autograd refuses a graph returning a written view of a leaf that requires grad ("A
+    view was created in no_grad mode ...").  The input is renamed inside the region instead
+    (``InductorRegions.rename_input_written_through_view``)."""
+    cells = judge_function(no_grad_write_through_view_of_grad_input_value_returned,
+                           lambda g: (_x(g), torch.rand(3)), configs=(*CONFIGS, *TORCH_COMPILE)).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
 
 
 # -- soak seed 17000: a write through a view older than its storage's gradient -------------------

@@ -15,9 +15,9 @@ import thunder
 import torch
 
 import thunder_ext
-from thunder_ext import InplaceBarrierTransform, ViewGradientError
+from thunder_ext import InplaceBarrierTransform, OverwriteGradientError
 from thunder_ext.barriers import BarrierReport
-from thunder_ext.testing.gallery import returned_input_written_with_grad
+from support import gradless_copy_args, gradless_copy_over_differentiable
 from thunder_ext.logs import level_from_env
 from thunder_ext.summaries import barrier_report_html, barrier_report_text
 
@@ -169,15 +169,13 @@ def test_logs_debug_adds_the_traces(logged_runs):
 
 
 def test_refusals_are_logged_with_their_reason(caplog):
-    # Class 5: the caller's tensor returned after a write with grad (anywhere else it is a value).
-    a, w = torch.randn(4, 3), torch.randn(3, requires_grad=True)
-    jf = thunder.jit(returned_input_written_with_grad, fusion_type="dataflow", transforms=[InplaceBarrierTransform()])
-    with caplog.at_level(logging.INFO, logger="thunder_ext"), pytest.raises(ViewGradientError):
-        jf(a, w)
+    jf = thunder.jit(gradless_copy_over_differentiable, fusion_type="dataflow", transforms=[InplaceBarrierTransform()])
+    with caplog.at_level(logging.INFO, logger="thunder_ext"), pytest.raises(OverwriteGradientError):
+        jf(*gradless_copy_args())
     refusals = [r.getMessage() for r in caplog.records if r.name == "thunder_ext" and "refused" in r.getMessage()]
     assert len(refusals) == 1
-    assert refusals[0].startswith("before autodiff: refused with ViewGradientError: the output `t")
-    assert "is the input `a` (which does not require grad)" in refusals[0]
+    assert refusals[0].startswith("before autodiff: refused with OverwriteGradientError: `copy_` overwrites a tensor")
+    assert f"{__file__.replace('test_reports_and_logs', 'support')}:" in refusals[0], refusals[0]
 
 
 # -- the main job -----------------------------------------------------------------------------

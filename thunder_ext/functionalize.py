@@ -15,10 +15,11 @@ effect a caller can see, except through later reads inside the trace, so
   view op is called again on the current value.
 
 With :class:`InputPolicy` ``enabled`` (before autodiff), an input that does not require grad
-(a buffer, a cache, a metric's state, or a tensor written with a value that carries a gradient,
-unless the return hands back the input itself) is treated the same way, its base being the
-input itself, and gets its final value back from one *epilogue* ``copy_`` just before the
-return, under the source line of its last write; the return reads the copy's output.  Before
+(a buffer, a cache, a metric's state, or a tensor written with a value that carries a gradient)
+is treated the same way, its base being the input itself, and gets its final value back from
+one *epilogue* ``copy_`` just before the return, under the source line of its last write; the
+return reads the copy's output (but an output that is the input itself after a write carrying
+a gradient reads the value, which has the history: :meth:`_Functionalizer.return_values`).  Before
 (``y = x.sum(); x.add_(1); return y + x.sum()``)::
 
     y = ltorch.sum(x)
@@ -83,6 +84,7 @@ from dataclasses import dataclass, field
 import thunder.torch as ltorch
 from thunder.core import dtypes, prims
 from thunder.core.proxies import ProxyTag, TensorProxy, variableify
+from thunder.core.pytree import tree_map
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol, has_tags
 from thunder.core.trace import TraceCtx, from_trace, tracectx
 from thunder.extend import Executor
@@ -252,6 +254,10 @@ class _Functionalizer:
         self.writes: dict[int, _Write] = {}
         self.read_only: dict[tuple, bool] = {}  # view node -> it repeats elements (no writes through it)
         self.identities: set[tuple] = set()  # view nodes made by an identity op: they select everything
+        # Groups whose input the return hands back itself after a write of a value that carries a
+        # gradient: the return's outputs read the value, which has the write's history.
+        self.returned_with_history: set[str] = set()
+        self.returned_values: dict[str, TensorProxy] = {}  # epilogue output -> the value it copied
         self.groups = self.plan()
 
     # -- which groups -------------------------------------------------------------------------
@@ -354,10 +360,11 @@ class _Functionalizer:
         Not an input that requires grad: its writes stay (class 9, the straight-through barrier).
         A value written that carries a gradient is fine: autodiff then sees values only, and an
         old value the backward reads is cloned at the fusion stage (:mod:`thunder_ext.saved_values`).
-        But not when the return hands back the input itself after such a write: Thunder returns
-        the caller's tensor, without the write's history, which the refusal of class 5 names; nor
-        when an op that is not a write reads the input for a gradient before a write, where eager's
-        backward raises (its saved tensor was modified), and the in-place form is refused alike."""
+        When the return hands back the input itself after such a write, it returns the value
+        instead of the caller's tensor (:meth:`return_values`), as only the value can carry the
+        write's history.  Not when an op that is not a write reads the input for a gradient before
+        a write, where eager's backward raises (its saved tensor was modified), and the in-place
+        form is refused alike."""
         info = self.info
         members = info.groups.members()
         out: dict[str, TensorProxy] = {}
@@ -385,10 +392,6 @@ class _Functionalizer:
                 why = "inputs that share storage (class 7)"
             elif ins[0] in self.differentiable:
                 why = "gradients flow through it"
-            elif g in returned_whole and (any(n in self.differentiable for n in names) or any(
-                a.name in self.differentiable for i in writers[g] for a in tensor_args(self.bsyms[i])
-            )):
-                why = "returned itself after a write of a value gradients flow through"
             elif g in first_grad_read and writers[g][-1] > first_grad_read[g]:
                 # ``y = x * w; x.add_(1)``: eager saves ``x`` for ``w``'s gradient and refuses the
                 # backward after the write; in place, the transform refuses it the same way (class 6).
@@ -398,6 +401,11 @@ class _Functionalizer:
             if why is not None:
                 self.report.kept_inputs[ins[0] if ins else sorted(names)[0]] = why
                 continue
+            if g in returned_whole and any(
+                writes_with_grad(self.bsyms[i]) and any(a.name in self.differentiable for a in tensor_args(self.bsyms[i]))
+                for i in writers[g]
+            ):
+                self.returned_with_history.add(g)
             out[g] = self.proxy_named(ins[0])
         return out
 
@@ -444,6 +452,8 @@ class _Functionalizer:
             is_view = effect.aliases and tensor_args(bsym) and info.group_of(tensor_args(bsym)[0]) in self.groups
             swap = self.values_for(bsym, tensor_args(bsym))
             new = bsym.from_bsym_swap_proxies(swap, skip_output=True) if swap else bsym
+            if is_return(bsym) and self.returned_values:
+                new = self.return_values(new)
             self.out.append(new)
             if is_view:
                 g = info.group_of(tensor_args(bsym)[0])
@@ -471,8 +481,27 @@ class _Functionalizer:
             # Under the user's source line of the input's last write: refusals and reports name it.
             self.emit(bsyms, self.last_write_of.get(g, ret))
             self.report.epilogue_writes[x.name] = self.out[-1]
+            if g in self.returned_with_history:
+                self.returned_values[out.name] = value
             self.cur[g] = {_BASE: out}
             self.report.epilogues += 1
+
+    def return_values(self, ret: BoundSymbol) -> BoundSymbol:
+        """The return with each output that is the caller's tensor after a write carrying a
+        gradient replaced by the value written: eager returns the caller's tensor with the write's
+        history, which the caller's tensor cannot get from a compiled call (``b.mul_(a); return b``,
+        ``a`` requiring grad).  The value has it, and is what the output becomes; the caller's
+        ``b`` still receives the value from the epilogue.  ``flat_args`` keeps the caller's tensor:
+        it names the inputs, not outputs."""
+        if not ret.args or not isinstance(ret.args[0], dict):
+            return ret
+        swap = self.returned_values
+
+        def value(p):
+            return swap.get(p.name, p) if isinstance(p, TensorProxy) else p
+
+        outs = {k: v if k == "flat_args" else tree_map(value, v) for k, v in ret.args[0].items()}
+        return ret.from_bsym(args=(outs, *ret.args[1:]))
 
     def values_for(self, before: BoundSymbol, proxies: Sequence[TensorProxy]) -> dict:
         swap = {}

@@ -97,6 +97,37 @@ class InductorRegions(WalkPolicy):
 
     def after(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str]) -> None:
         self.note_region_ends(bsym, effect, write_groups)
+        self.rename_input_written_through_view(bsym, effect)
+
+    def rename_input_written_through_view(self, bsym: BoundSymbol, effect) -> None:
+        """At the fusion stage, a write through a view of an input that requires grad renames the
+        input right after it, with a barrier that the write's region fuses.
+
+        Otherwise a later reader of the input (the return, for one) is ordered after the write
+        through the written view, which then leaves the region as an output, and Inductor refuses
+        a graph returning a view of a grad-requiring input written in place: "A view was created
+        in no_grad mode and its base ... has been modified inplace" (torch 2.11; plain Thunder
+        returns the renamed input instead).  The input's new name is that input to Inductor.
+        """
+        walk = self.walk
+        if walk.options.config.executors is None or has_tags(bsym, {BoundSymbolTag.BACKWARD}):
+            return  # before autodiff a rename would hide the input from Thunder's gradient collection
+        plan = Plan()
+        for o, a in effect.aliases:
+            if not any(a is w for w in effect.writes):
+                continue
+            g = walk.info.group_of(a)
+            for name in sorted(walk.info.groups.members().get(g, ())):
+                x = walk.proxies.get(name)
+                if name not in walk.inputs or x is None or not x.requires_grad:
+                    continue
+                v = walk.current(x)
+                if v.name != o.name and v.name not in plan.rename:  # o is not the whole input
+                    plan.rename[v.name] = (v, bsym)
+                    plan.witnesses.append(o)
+                    plan.reasons.append(f"torch.compile: {describe(bsym)} writes a view of `{name}`, which requires grad")
+        if plan:
+            walk.emit(plan, bsym)
 
     def witness(self, w: TensorProxy) -> TensorProxy:
         # A witness a cut has routed is read through its new name, or the barrier would bring a
@@ -443,15 +474,15 @@ def unfuse_epilogue(
         if is_barrier(b):
             for o, i in zip(tensor_outs(b), tensor_args(b)):
                 through[o.name] = through.get(i.name, i.name)
+    pending: list[int] = []  # barriers seen, pinned once an epilogue copy is found before them
     for k in range(len(out) - 1, -1, -1):
         b = out[k]
         if is_return(b) or has_tags(b, {BoundSymbolTag.BACKWARD}):
             continue
         if is_barrier(b):
-            if b.sym is not pin:
-                out[k] = pin.bind(*b.args, output=b.output).from_bsym(
-                    header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
-                )
+            pending.append(k)
+            if any(through.get(a.name, a.name) in epilogue_inputs for a in tensor_args(b)):
+                _pin_all(out, pending, pin)  # it orders an epilogue copy
             continue
         effect = effect_of(b)
         if effect.is_view and not effect.writes:
@@ -469,11 +500,21 @@ def unfuse_epilogue(
             header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
         )
         sources[src.name] = through.get(dst.name, dst.name)
+        # A barrier before the first epilogue copy that orders none stays fused: it belongs to the
+        # region before (InductorRegions.rename_input_written_through_view).
+        _pin_all(out, pending, pin)
     return _unfuse_dying_slice_writes(out, sources, through, trace) if trace is not None else out
 
 
-# The ops functionalize turns a partial write into (a setitem; a scatter through a slice).
-SLICE_WRITES = frozenset({"setitem", "copy_with_setitem", "index_copy"})
+def _pin_all(out: list[BoundSymbol], pending: list[int], pin) -> None:
+    """Bind the barriers at ``pending`` as ``pin`` (unfused), and forget them."""
+    for j in pending:
+        b = out[j]
+        if b.sym is not pin:
+            out[j] = pin.bind(*b.args, output=b.output).from_bsym(
+                header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
+            )
+    pending.clear()
 
 
 def _unfuse_dying_slice_writes(out: list[BoundSymbol], sources: dict[str, str], through: dict[str, str], trace) -> list[BoundSymbol]:

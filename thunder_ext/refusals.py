@@ -216,6 +216,8 @@ def refuse_returned_input_with_new_history(
     Thunder hands such an output back as the input tensor itself, which has no autograd
     history, so eager's gradient (through the write) would silently be lost.  A view of the
     input (``a[0]``) is a new tensor, which Thunder returns with the write's history: not refused.
+    Nor is an input made functional (:mod:`thunder_ext.functionalize`), whose output is the value
+    written: this is left for inputs kept in place (sharing storage with another input).
     ``placed``: :func:`stripped_storage` of ``trace``, where the caller has it already.
     """
     bsyms, info = placed or stripped_storage(trace)

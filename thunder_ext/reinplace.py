@@ -598,20 +598,21 @@ def _written_after(t0: TensorProxy, j: int, bsyms: list[BoundSymbol]) -> bool:
     return False
 
 
-def _epilogue_chain(c: BoundSymbol, prods) -> tuple[BoundSymbol, TensorProxy] | None:
+def _epilogue_chain(c: BoundSymbol, prods) -> tuple[BoundSymbol, TensorProxy, set[str]] | None:
     """For an epilogue ``c = copy_(t, x)``: the op that first computed ``t``'s buffer, following
-    back ops already writing in place (their output is their ``out=`` buffer), and that buffer."""
+    back ops already writing in place (their output is their ``out=`` buffer), that buffer, and
+    the names of every version of it up to ``t``."""
     t = c.args[0]
-    seen = 0
-    while isinstance(t, TensorProxy) and seen < 10_000:
+    names: set[str] = set()
+    while isinstance(t, TensorProxy) and len(names) < 10_000:
+        names.add(t.name)
         p = prods.get(t, None)
         if p is None:
             return None
         same = runtime_aliases(p)
         if not same:
-            return p, t
+            return p, t, names
         t = same[0][1]
-        seen += 1
     return None
 
 
@@ -634,7 +635,9 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
       storage with another input, and the epilogue is a top-level torch-executor ``copy_``;
     * every reader of ``x`` or a view of it, except ``P`` and the epilogue, comes before
       ``P`` (so ``x`` is not returned nor saved for backward under its own name), and ``P``
-      reads no view of ``x`` (a partial overlap).
+      reads no view of ``x`` (a partial overlap);
+    * the return does not hand back the new value itself (it does so only when the value carries
+      a gradient that the caller's tensor cannot, ``_Functionalizer.return_values`` in :mod:`thunder_ext.functionalize`).
 
     Before (a KV-cache step on the input ``cache``)::
 
@@ -680,7 +683,12 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
         found = _epilogue_chain(c, prods)
         if found is None:
             continue
-        p, t0 = found
+        p, t0, versions = found
+        ret = bsyms[-1] if bsyms and is_return(bsyms[-1]) else None
+        if ret is not None and versions & returned_data(ret):
+            # The value itself is returned (functionalize.return_values: it carries the write's
+            # history, the caller's tensor cannot): in place, the output would be the input.
+            continue
         i = position[id(p)]
         if id(p) in replace or not _same_layout_class(x, t0) or len(p.flat_proxy_outs) != 1:
             continue
