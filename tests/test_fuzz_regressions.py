@@ -1453,6 +1453,34 @@ def test_write_through_view_of_grad_input_leaves_no_written_view_to_inductor():
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
 
 
+
+# -- soak seed 19000: a write re-run by a region after Inductor's epilogue -----------------------
+
+
+def write_recomputed_after_unfused_epilogue(a, rm, rv):
+    with torch.no_grad():
+        rm.add_(0.5)
+    with torch.no_grad():
+        rv.mul_(rm)
+    a[1:] = rv
+    with torch.no_grad():
+        rm.mul_(0.9).add_(a.mean(0), alpha=0.1)
+    t0 = F.batch_norm(a, rm, rv, training=True, momentum=0.1)
+    with torch.no_grad():
+        t0.lerp_(a, 0.1)
+    return (a.t(),)
+
+
+def test_write_is_not_rerun_by_a_region_after_the_unfused_epilogue_torch_compile():
+    """Silently wrong with torch_compile_ex, both fusion types (plain Thunder right): ``rm`` got
+    its ``add_(0.5)`` twice.  The epilogue ``copy_`` of ``a`` runs outside every region, which
+    splits the trace there; the region after it rematerialized ``rm``'s write from the input.
+    The remat guard ran before the epilogue was unfused, saw one region, and pinned nothing;
+    it now counts what the epilogue step will unfuse."""
+    assert_matches_eager(write_recomputed_after_unfused_epilogue, lambda g: (_x(False), *_stats()),
+                         configs=(*CONFIGS, *TORCH_COMPILE))
+
+
 # -- soak seed 17000: a write through a view older than its storage's gradient -------------------
 
 

@@ -923,15 +923,16 @@ def _without_writes(trace, bsyms: list[BoundSymbol], dead: list[BoundSymbol]) ->
     return again
 
 
-def _guard(options: PlacementOptions, stripped: list[BoundSymbol], placer: _Placer, out: list[BoundSymbol]):
+def _guard(trace, options: PlacementOptions, stripped: list[BoundSymbol], placer: _Placer, out: list[BoundSymbol]):
     """The remat guard (``config.remat_guard``), then the final placement without gradient witnesses."""
     config = options.config
     remat: frozenset[int] = frozenset()
     if config.remat_guard:
+        # (Inductor's epilogue is unfused after the guard, so the guard asks what it will unfuse.)
         # Each round pins writes no earlier round pinned, and a trace has finitely many writes:
         # the loop ends exactly at the fixed point, where every fused-read write is pinned.
         rounds = _FixedPoint("the remat guard", _write_count(placer))
-        while need := unguarded_writes(out, placer.origin, placer.info.effects, options.symbols) - remat:
+        while need := unguarded_writes(out, placer.origin, placer.info.effects, options.symbols, _unfused_outs(trace, options, out)) - remat:
             rounds.next_round()
             remat = remat | need
             placer, out = _place(options, stripped, remat)
@@ -939,6 +940,16 @@ def _guard(options: PlacementOptions, stripped: list[BoundSymbol], placer: _Plac
         # Liveness above was judged with every witness; only the final placement drops them.
         placer, out = _place(options, stripped, remat, config.differentiable)
     return placer, out
+
+
+def _unfused_outs(trace, options: PlacementOptions, out: list[BoundSymbol]) -> frozenset[str]:
+    """Outputs of the bsyms :func:`_unfused` would take out of every fusion region: the remat
+    guard must see the regions they split (a region after Inductor's epilogue could otherwise
+    recompute a write from before it, running it twice)."""
+    symbols = options.symbols
+    return frozenset(
+        p.name for b in _unfused(trace, options, out) if not is_return(b) and not symbols.fusible(b) for p in b.flat_proxy_outs
+    )
 
 
 def _unfused(trace, options: PlacementOptions, out: list[BoundSymbol]) -> list[BoundSymbol]:
@@ -951,7 +962,7 @@ def _unfused(trace, options: PlacementOptions, out: list[BoundSymbol]) -> list[B
 
 def _apply_executor_policies(trace, options: PlacementOptions, stripped, placer: _Placer, out):
     """Step 6."""
-    placer, out = _guard(options, stripped, placer, out)
+    placer, out = _guard(trace, options, stripped, placer, out)
     return placer, _unfused(trace, options, out)
 
 

@@ -245,13 +245,19 @@ def _has_interior_unfused(bsyms: Sequence[BoundSymbol], fusible: Sequence[bool])
 
 
 def unguarded_writes(
-    bsyms: Sequence[BoundSymbol], origin: Sequence[int], effects, symbols: BarrierSymbols
+    bsyms: Sequence[BoundSymbol],
+    origin: Sequence[int],
+    effects,
+    symbols: BarrierSymbols,
+    unfused: frozenset[str] = frozenset(),
 ) -> set[int]:
     """Forward writes (by stripped index) that a fusible bsym reads and no pin does.
 
     Empty when barriers are fused and no bsym can break a region (see the module docstring).
+    ``unfused``: outputs of bsyms that a later step binds to an executor that fuses nothing
+    (Inductor's epilogue, ``inductor_regions.unfuse_epilogue``): they break regions too.
     """
-    fusible = [symbols.fusible(b) for b in bsyms]
+    fusible = [symbols.fusible(b) and not any(p.name in unfused for p in b.flat_proxy_outs) for b in bsyms]
     if symbols.fuser is not None:
         # The backward's reads of forward values go through pins of their own (symbols.backward).
         fw = [(b, f) for b, f in zip(bsyms, fusible) if not has_tags(b, {BoundSymbolTag.BACKWARD})]
