@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from support import gradless_copy_over_differentiable
 from thunder_ext.testing.compare import Config, differential
 from thunder_ext.testing.fuzzing import CONFIGS, judge_function
 
@@ -186,15 +187,6 @@ def test_output_without_grad_before_one_with():
 
 
 # -- soak finding 9 (seed 3): copy_ of a value without gradient over one with -----------------
-
-
-def gradless_copy_over_differentiable(b, c, rm, rv):
-    rv.copy_(rm)
-    t0 = c.mean(0)
-    t0.copy_(rv)  # eager: c gets a zero gradient; Thunder: None, or a bare AssertionError
-    rv[1:] = 2.0
-    rm.copy_(rv)
-    return (t0,)
 
 
 def test_gradless_copy_over_differentiable_is_refused():
