@@ -5,6 +5,7 @@
     python scripts/soak.py --executors torch_compile   # the cells with executors=[torch_compile_ex]
     python scripts/soak.py --jobs 12 --seed 100 --examples 6000 --executors both --time-limit 540 --json s.json
     python scripts/soak.py --rotate --seed 13000 --examples 10000 --executors both --json s.json  # one cell per program
+    python scripts/soak.py --device cuda --jobs 12 --seed 100 --examples 6000 --time-limit 300  # nvFuser, on a GPU
 
 Prints how many programs ran, how many were out of scope (a documented Thunder limitation in every
 cell), the verdict counts per cell, the outcomes (ok, refused by error class, wrong, crash;
@@ -41,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=None,
                         help="stop after this many seconds with the counts so far (each worker, with --jobs)")
     parser.add_argument("--json", default=None, help="also write the counts and failures to this file")
+    parser.add_argument("--device", default=None,
+                        help="where the programs' inputs live (default cpu; cuda runs the default executors' cells on nvFuser)")
     args = parser.parse_args(argv)
+    if args.device is not None:  # before thunder_ext.testing.fuzzing is imported, here and in the workers
+        os.environ["THUNDER_EXT_FUZZ_DEVICE"] = args.device
     if args.jobs > 1 and (args.seed is None or args.shrink):
         parser.error("--jobs needs --seed (workers get SEED, SEED+1, ...) and cannot --shrink")
 

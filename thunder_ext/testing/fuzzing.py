@@ -71,6 +71,7 @@ from __future__ import annotations
 import itertools
 import linecache
 import math
+import os
 import re
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -84,6 +85,9 @@ from hypothesis import strategies as st
 from thunder_ext.testing.compare import Builder, Config, differential
 
 BASE_SHAPE = (4, 3)
+# Where the inputs live: ``scripts/soak.py --device cuda`` sets it for itself and its workers,
+# so the same programs meet nvFuser (the default executors on CUDA) on a GPU machine.
+DEVICE = os.environ.get("THUNDER_EXT_FUZZ_DEVICE", "cpu")
 LIMIT = 100.0  # largest magnitude a value may reach
 INPUT_BOUND = 5.0  # randn values, generously
 CONSTANTS = (0.5, -0.5, 2.0, 1.5)
@@ -122,12 +126,12 @@ class Input:
 
     def make(self, grad: bool) -> torch.Tensor:
         if self.kind == "idx":
-            return torch.tensor([1, 0])
+            return torch.tensor([1, 0], device=DEVICE)
         if self.kind == "rm":
-            return torch.randn(3) * 0.1
+            return torch.randn(3, device=DEVICE) * 0.1
         if self.kind == "rv":
-            return torch.rand(3) + 0.5
-        t = torch.randn(*BASE_SHAPE).requires_grad_(grad and self.requires_grad)
+            return torch.rand(3, device=DEVICE) + 0.5
+        t = torch.randn(*BASE_SHAPE, device=DEVICE).requires_grad_(grad and self.requires_grad)
         return t * 1 if t.requires_grad and self.nonleaf else t
 
 
