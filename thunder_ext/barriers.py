@@ -92,6 +92,7 @@ from thunder_ext.remat_guard import (
     partitioning_fusers,
     unguarded_writes,
 )
+from thunder_ext.nvfuser_forms import copy_clones, unfuse_squeezing_views
 from thunder_ext.saved_values import keep_old_values_for_backward
 from thunder_ext.stage_config import StageConfig
 
@@ -135,6 +136,11 @@ class BarrierReport:
     # Old values of epilogue inputs the backward reads, cloned where they are made (fusion stage;
     # thunder_ext.saved_values): the copies a correct gradient costs.
     saved_old_values: list[str] = field(default_factory=list)
+    # Clones of written storage bound to an operator executor, where nvFuser would alias them
+    # to their input (fusion stage; thunder_ext.nvfuser_forms).
+    clones_copied: int = 0
+    # Squeezing views (``t[0]``) bound to an operator executor, out of nvFuser's regions.
+    views_unfused: int = 0
     # Witnesses left out because they carry gradients (before autodiff; see place_barriers).
     dropped_witnesses: int = 0
     stripped: int = 0
@@ -792,7 +798,9 @@ def _pipeline(
     2. dce: what only a stripped barrier read;
     3. functionalize: writes become values, written inputs get their epilogue ``copy_``
        (:mod:`thunder_ext.functionalize`); at the fusion stage, an old value of such an input that
-       the backward reads is cloned where it is made (:mod:`thunder_ext.saved_values`);
+       the backward reads is cloned where it is made (:mod:`thunder_ext.saved_values`), and where
+       nvFuser runs, a clone of written storage is made a real copy and squeezing views leave its
+       regions (:mod:`thunder_ext.nvfuser_forms`);
     4. fallback barriers on what is left (:class:`_Placer`), and 5. dead in-place writes removed
        (:mod:`thunder_ext.dead_writes`), repeated until nothing is dead; where a dead write kept
        storage in place, the pipeline starts again once without it;
@@ -811,6 +819,10 @@ def _pipeline(
     effects: dict = {}  # the effects of bsyms analysed more than once (see storage_groups)
     stripped, freport, dead_functional = _functionalize(trace, new_trace, stripped, config, effects)  # 3
     stripped, saved = keep_old_values_for_backward(trace, new_trace, stripped, config, effects)
+    stripped, clones_copied = copy_clones(
+        trace, stripped, input_names(trace), config.executors, config.aliased_inputs, effects
+    )
+    stripped, views_unfused = unfuse_squeezing_views(trace, stripped, config.executors)
     options = PlacementOptions(
         new_trace=new_trace,
         inputs=frozenset(input_names(trace)),
@@ -836,6 +848,7 @@ def _pipeline(
         report.epilogue_writes = freport.epilogue_writes
     report.stripped = nstripped
     report.saved_old_values = saved
+    report.clones_copied, report.views_unfused = clones_copied, views_unfused
     new_trace.bound_symbols = out
     report.seconds = time.perf_counter() - start
     new_trace.set_provenance(

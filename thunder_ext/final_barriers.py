@@ -89,6 +89,9 @@ class BarrierRemovalReport:
     # Epilogue copy_s of functional inputs made unnecessary by writing the input in place again
     # (thunder_ext.reinplace.reinplace_inputs; set by the transform).
     epilogues_reinplaced: int = 0
+    # Inputs a fusion region writes (nvFuser: behind autograd's back), given eager's version
+    # bump before the return (thunder_ext.nvfuser_forms.bump_written_versions; forward only).
+    versions_bumped: int = 0
     why_kept: str = ""
     seconds: float = 0.0  # the removal alone
     # The transform's whole final-trace hook: reinplace, this removal, reinplace_inputs, fold_copies.

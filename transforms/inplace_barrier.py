@@ -30,6 +30,7 @@ from thunder.core.compile_data import get_compile_data
 from thunder.core.trace import TraceCtx
 
 from thunder_ext import stage_config
+from thunder_ext.alias_analysis import input_names
 from thunder_ext.barriers import barrier_pass
 from thunder_ext.errors import InplaceOrderingError
 from thunder_ext.final_barriers import BarrierRemovalReport, count_barriers, remove_final_barriers
@@ -38,6 +39,7 @@ from thunder_ext.input_aliases import aliased_inputs, guard_substituted_aliases
 from thunder_ext.integration import install_barrier_stage, reports_for
 from thunder_ext.overlap import refuse_overlapping_sources
 from thunder_ext.logs import log_refusal, log_removal, log_report, log_split
+from thunder_ext.nvfuser_forms import bump_written_versions
 from thunder_ext.reinplace import fold_copies, reinplace, reinplace_inputs
 from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients, stripped_storage
 from thunder_ext.validation import require_bool
@@ -132,6 +134,10 @@ class InplaceBarrierTransform(thunder.Transform):
                 kept=top, in_regions=in_regions, trace_with_barriers=new,
                 why_kept="a later transform of this compilation rewrites the final traces" if top else "",
             )  # fmt: skip
+        if not backward:
+            # nvFuser writes a region's inputs behind autograd's back: the caller's tensors get
+            # the version bump eager gives them (thunder_ext.nvfuser_forms).
+            new, removal.versions_bumped = bump_written_versions(new, input_names(new))
         removal.hook_seconds = time.perf_counter() - start
         if cd is not None:
             reports = reports_for(cd)

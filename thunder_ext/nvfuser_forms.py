@@ -1,0 +1,223 @@
+"""Three forms of the trace that nvFuser needs, and which the CPU executors never showed.
+
+All were found on a GPU (``scripts/gpu/checks.sh``, nvFuser 0.2.36 with Thunder ``main``):
+the first two are silent wrong answers without their step, the third a crash.
+
+**A clone of storage that is written later is a real copy** (:func:`copy_clones`, at the
+fusion stage).  Thunder hands ``prims.clone`` to nvFuser as ``set``, and nvFuser may return
+the output of a ``set`` of a fusion input as an alias of that input: no kernel, no copy.
+When the input is written afterwards (an epilogue ``copy_``, a write the pass kept in place),
+the "clone" changes with it.  The old values the backward reads (:mod:`thunder_ext.saved_values`),
+the value of a whole-tensor ``copy_`` (``b.copy_(a)`` then a write to ``a``) and the user's own
+``x.clone()`` before a write to ``x`` all came back with the new value.  Such a clone is
+bound to an operator executor's clone instead, which no fusion executor takes::
+
+    before (nvFuser may run)                 after
+    t30 = ltorch.clone(a)                    t30 = clone(a)         # torch executor: a copy
+    t18 = ltorch.mul(a, t13)                 t18 = ltorch.mul(a, t13)
+    t22 = prims.copy_(t18, a)                t22 = prims.copy_(t18, a)
+    ... backward reads t30                   ... backward reads t30
+
+A clone of storage nothing writes stays fusible: whether it aliases changes no value.
+
+**An input written inside an nvFuser region gets its autograd version bumped**
+(:func:`bump_written_versions`, on the final forward trace).  nvFuser writes a region's
+input through an aliased output, which PyTorch's version counter never sees.  In eager the
+caller's tensor is at a new version after the call, and autograd uses that: a non-leaf the
+caller differentiates through afterwards, or a tensor saved for its own backward, behaves as
+written.  Without the bump the caller's graph silently uses the stale version (the caller's
+gradient of ``with torch.no_grad(): a.add_(a)`` on a non-leaf ``a`` was the output's alone).
+One call before the return bumps every input some region wrote::
+
+    before                                   after
+    [t1] = nvFusion0(a)                      [t1] = nvFusion0(a)
+      # t1 = prims.copy_(t0, a)                # t1 = prims.copy_(t0, a)
+    return (t1,)                             bump_versions(a)
+                                             return (t1,)
+
+**A squeezing view runs outside nvFuser's regions** (:func:`unfuse_squeezing_views`, at
+the fusion stage).  A region that slices a tensor to one row or column and squeezes it
+(``t[0]``, ``t[:, 1]``), beside another consumer of the whole tensor, fails to compile in
+nvFuser 0.2.36 (``INTERNAL ASSERT FAILED at .../id_model/loop_promotion.cpp:1308``).  Plain
+Thunder meets it less often only because its barriers leave such a view alone between them;
+functional writes put the view in the middle of a region (``a[0] = rv; return a[0].cos().sin()``
+with the epilogue ``copy_`` of ``a``).  The view is bound to the torch executor, which runs it
+as a view, no copy::
+
+    before (nvFuser may run)                 after
+    t3 = ltorch.getitem(t18, 0)              t3 = Tensor.__getitem__(t18, 0)   # torch executor
+    t4 = ltorch.cos(t3)                      t4 = ltorch.cos(t3)
+
+Invariants: only top-level ``clone``s are rebound, and only of storage some bsym writes; a
+rebound clone keeps its input and output proxies, so no data edge changes.  A version is
+bumped only for tensors a region's ``copy_`` writes; bumping a version never changes a value.
+A view rebound to an operator executor keeps its proxies and is still a view (op_kinds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import thunder.torch as ltorch
+import torch
+from thunder.core import prims
+from thunder.core.proxies import TensorProxy
+from thunder.core.symbol import BoundSymbol, Symbol
+from thunder.core.trace import TraceCtx, from_trace, tracectx
+from thunder.extend import Executor, OperatorExecutor
+
+from thunder_ext.alias_analysis import storage_groups
+from thunder_ext.op_kinds import PrimIDs, is_barrier, is_copy, is_fusion, is_return, tensor_args
+
+_CLONES = (ltorch.clone.id, PrimIDs.CLONE)
+
+
+def _is_clone(bsym: BoundSymbol) -> bool:
+    return bsym.sym.id in _CLONES
+
+
+def _operator_clone(trace: TraceCtx, src: TensorProxy, executors: Sequence[Executor]) -> Symbol | None:
+    """The symbol an operator executor of ``executors`` runs ``prims.clone`` with, if any."""
+    for ex in executors:
+        if not isinstance(ex, OperatorExecutor):
+            continue
+        impl = ex.implmap.get(PrimIDs.CLONE)
+        if impl is None:
+            continue
+        if impl.symbol is not None and impl.execution_transform is None:
+            return impl.symbol
+        if impl.execution_transform is not None:
+            scratch = from_trace(trace)
+            with tracectx(scratch):
+                scratch.push_scope([])
+                impl.execution_transform(src)
+                made = scratch.pop_scope()
+            if len(made) == 1 and made[0].sym.executor is ex:
+                return made[0].sym
+    return None
+
+
+def copy_clones(
+    trace: TraceCtx, bsyms: list[BoundSymbol], inputs: set[str], executors: Sequence[Executor] | None,
+    aliased_inputs: Sequence[frozenset[str]] = (), effects: dict | None = None,
+) -> tuple[list[BoundSymbol], int]:
+    """``bsyms`` with every clone of written storage bound to an operator executor's clone, and
+    how many were rebound.  Only where nvFuser is among ``executors``."""
+    if not executors or not any(getattr(ex, "name", None) == "nvfuser" for ex in executors):
+        return bsyms, 0
+    if not any(_is_clone(b) for b in bsyms):
+        return bsyms, 0
+    info = storage_groups(bsyms, inputs, aliased_inputs, cache=effects)
+    written = {info.group_of(w) for i in range(len(bsyms)) for w in info.writes_of(i)}
+    out: list[BoundSymbol] = []
+    rebound = 0
+    for b in bsyms:
+        args = tensor_args(b)
+        if _is_clone(b) and args and info.group_of(args[0]) in written:
+            sym = _operator_clone(trace, args[0], executors)
+            if sym is not None:
+                # No subsymbols: a fusion executor fuses a bsym whose subsymbols it can all run.
+                b = sym.bind(args[0], output=b.output).from_bsym(
+                    subsymbols=[], header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
+                )
+                rebound += 1
+        out.append(b)
+    return out, rebound
+
+
+def _squeezes(bsym: BoundSymbol) -> bool:
+    """A squeeze, or a composite view with one inside (``t[0]``, ``t[:, 1]``: slice, then squeeze)."""
+    if bsym.sym.id in (PrimIDs.SQUEEZE, ltorch.squeeze.id):
+        return True
+    return bsym.sym.id == ltorch.getitem.id and any(s.sym.id == PrimIDs.SQUEEZE for s in bsym.subsymbols)
+
+
+def unfuse_squeezing_views(
+    trace: TraceCtx, bsyms: list[BoundSymbol], executors: Sequence[Executor] | None
+) -> tuple[list[BoundSymbol], int]:
+    """``bsyms`` with every squeezing view (and the slice it squeezes) bound to an operator
+    executor, and how many were rebound.  Only where nvFuser is among ``executors``."""
+    if not executors or not any(getattr(ex, "name", None) == "nvfuser" for ex in executors):
+        return bsyms, 0
+    from thunder_ext.functionalize import _claim
+
+    operators = [ex for ex in executors if isinstance(ex, OperatorExecutor)]
+    squeezed = {tensor_args(b)[0].name for b in bsyms if _squeezes(b) and tensor_args(b)}
+    out: list[BoundSymbol] = []
+    rebound = 0
+    for b in bsyms:
+        slices_for_squeeze = b.sym.id == PrimIDs.SLICE and any(p.name in squeezed for p in b.flat_proxy_outs)
+        if _squeezes(b) or slices_for_squeeze:
+            claimed = _claim(trace, [b], operators)
+            if len(claimed) == 1 and isinstance(claimed[0].sym.executor, OperatorExecutor):
+                b = claimed[0].from_bsym(
+                    subsymbols=[], header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
+                )
+                rebound += 1
+        out.append(b)
+    return out, rebound
+
+
+def _bump_versions(*tensors: torch.Tensor) -> None:
+    torch.autograd.graph.increment_version([t for t in tensors if not t.is_inference()])
+
+
+_VERSIONS = OperatorExecutor("thunder_ext_versions")
+bump_versions = _VERSIONS.register_operator(
+    "bump_versions", meta=lambda *tensors: None, fn=_bump_versions, tags=[prims.OpTags.DONT_DCE]
+)
+
+
+def _leaves(bsyms: Sequence[BoundSymbol]):
+    """``bsyms`` with composites opened, down to the copies, barriers and other prims."""
+    for b in bsyms:
+        if b.subsymbols and not is_barrier(b):
+            yield from _leaves(b.subsymbols)
+        else:
+            yield b
+
+
+def _follow_barrier(b: BoundSymbol, root: dict[str, TensorProxy]) -> None:
+    """Record that each output of barrier ``b`` is, at run time, the tensor its argument is."""
+    for o, a in zip(b.flat_proxy_outs, b.flat_proxy_args):
+        if isinstance(o, TensorProxy) and isinstance(a, TensorProxy):
+            root[o.name] = root.get(a.name, a)
+
+
+def _nvfuser_region(bsym: BoundSymbol) -> bool:
+    # Only nvFuser writes behind autograd's back: Inductor's regions run aten's copy_, which
+    # bumps the version itself.
+    return is_fusion(bsym) and getattr(bsym.sym.executor, "name", None) == "nvfuser"
+
+
+def bump_written_versions(
+    trace: TraceCtx, inputs: set[str], writes_behind_autograd: Callable[[BoundSymbol], bool] = _nvfuser_region
+) -> tuple[TraceCtx, int]:
+    """``trace`` with one ``bump_versions`` before its return, of every input an nvFuser region
+    writes, and how many inputs that is (0: ``trace`` itself, unchanged).
+
+    ``writes_behind_autograd`` says which top-level bsyms write without a version bump (nvFuser's
+    regions; a test hands it other regions)."""
+    from thunder_ext.final_barriers import recompute_dels
+
+    # A name a barrier gave an input (top-level, or inside the region) is the same tensor.
+    root: dict[str, TensorProxy] = {}
+    written: dict[str, TensorProxy] = {}
+    for b in trace.bound_symbols:
+        if is_barrier(b) and not is_fusion(b):
+            _follow_barrier(b, root)
+        elif writes_behind_autograd(b):
+            for leaf in _leaves(b.subsymbols):
+                if is_barrier(leaf):
+                    _follow_barrier(leaf, root)
+                elif is_copy(leaf) and isinstance(leaf.flat_proxy_args[1], TensorProxy):
+                    dst = leaf.flat_proxy_args[1]
+                    dst = root.get(dst.name, dst)
+                    if dst.name in inputs:
+                        written.setdefault(dst.name, dst)
+    if not written:
+        return trace, 0
+    bsyms = list(trace.bound_symbols)
+    at = next((i for i in range(len(bsyms) - 1, -1, -1) if is_return(bsyms[i])), len(bsyms))
+    bsyms.insert(at, bump_versions.bind(*written.values(), output=None))
+    return recompute_dels(trace, bsyms), len(written)
