@@ -14,7 +14,8 @@ policy                     chosen when                                 adds
                                                                        mishandles writes into inputs
                                                                        (:mod:`thunder_ext.inductor_regions`)
 :class:`WriteInputs`       nvFuser may run the trace                   a barrier making each write's
-                           (``StageConfig.write_barriers``)            destination a region input
+                           (``StageConfig.write_barriers``)            destination a region input,
+                                                                       written once per region
 =========================  ==========================================  ==============================
 
 A walk with none of them places ordering barriers only (the CPU default executors).
@@ -102,7 +103,15 @@ class RematPins(WalkPolicy):
 
 
 class WriteInputs(WalkPolicy):
-    """nvFuser can only write to an input of its fusion region; a barrier makes the destination one."""
+    """nvFuser can only write to an input of its fusion region; a barrier makes the destination one.
+
+    One region can also write an input only once: a second ``copy_`` into it reads the region's
+    input, the value from before the first (Thunder refuses the region: "trying to use ... the
+    'copy_to' argument of 'prims.copy_'").  A write that names the destination an earlier
+    write wrote, with no barrier between them, gets one witnessed by the earlier write, which
+    puts the two in different regions.  Composites that write without returning the new
+    version do this: ``batch_norm`` twice on the same running stats.
+    """
 
     def extend(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str], plan: Plan) -> None:
         walk = self.walk
@@ -111,6 +120,19 @@ class WriteInputs(WalkPolicy):
             if v.name not in walk.inputs and v.name not in walk.made_by_barrier and v.name not in plan.rename:
                 plan.rename[v.name] = (v, bsym)
                 plan.reasons.append(f"nvFuser: write to non-input {v.name} in {describe(bsym)}")
+                continue
+            lw = walk.last_write.get(walk.info.group_of(w))
+            if (
+                lw is not None
+                and lw.bsym is not bsym
+                and lw.witness is not None
+                and walk.current(lw.dest).name == v.name
+                and v.name not in plan.rename
+            ):
+                plan.rename[v.name] = (v, lw.bsym)
+                if lw.witness not in plan.witnesses:
+                    plan.witnesses.append(lw.witness)
+                plan.reasons.append(f"nvFuser: {describe(lw.bsym)} and {describe(bsym)} write {v.name} in separate regions")
         if not plan.rename:
             return
         # The same barrier also serves the next write of every other group (a module's buffers

@@ -42,7 +42,7 @@ step nvfuser "${CAP_NVFUSER:-120}" python3 -m pytest -p no:cacheprovider -q -rfE
 step cuda "${CAP_CUDA:-150}" python3 -m pytest -p no:cacheprovider -q -rfE "${xdist[@]}" \
     tests/test_gpu.py -k test_gallery_on_cuda
 step soak "${CAP_SOAK:-120}" python3 scripts/soak.py --device cuda --rotate --jobs "$jobs" \
-    --seed "${SOAK_SEED:-31000}" --examples 20000 --executors both --time-limit "$(( ${CAP_SOAK:-120} - 40 ))" \
+    --seed "${SOAK_SEED:-32000}" --examples 20000 --executors both --time-limit "$(( ${CAP_SOAK:-120} - 40 ))" \
     --json "$out/soak.json"
 step bench "${CAP_BENCH:-90}" python3 scripts/bench_gpu.py --iters 50 --warmup 5 --json "$out/bench.json"
 exit 0

@@ -124,14 +124,15 @@ class Input:
         grad = " requires_grad (non-leaf)" if self.nonleaf else " requires_grad"
         return f"{self.name} {what}" + (grad if self.requires_grad else "")
 
-    def make(self, grad: bool) -> torch.Tensor:
+    def make(self, grad: bool, device: str | None = None) -> torch.Tensor:
+        device = DEVICE if device is None else device
         if self.kind == "idx":
-            return torch.tensor([1, 0], device=DEVICE)
+            return torch.tensor([1, 0], device=device)
         if self.kind == "rm":
-            return torch.randn(3, device=DEVICE) * 0.1
+            return torch.randn(3, device=device) * 0.1
         if self.kind == "rv":
-            return torch.rand(3, device=DEVICE) + 0.5
-        t = torch.randn(*BASE_SHAPE, device=DEVICE).requires_grad_(grad and self.requires_grad)
+            return torch.rand(3, device=device) + 0.5
+        t = torch.randn(*BASE_SHAPE, device=device).requires_grad_(grad and self.requires_grad)
         return t * 1 if t.requires_grad and self.nonleaf else t
 
 
@@ -185,13 +186,14 @@ class Program:
             self._fn = compile_source(self.source, "fuzz")
         return self._fn
 
-    def make_args(self, grad: bool) -> tuple:
-        return tuple(i.make(grad) for i in self.inputs)
+    def make_args(self, grad: bool, device: str | None = None) -> tuple:
+        return tuple(i.make(grad, device) for i in self.inputs)
 
-    def builder(self, grad: bool) -> Builder:
-        """A :data:`~thunder_ext.testing.compare.Builder`; ``grad=False`` turns every ``requires_grad`` off."""
+    def builder(self, grad: bool, device: str | None = None) -> Builder:
+        """A :data:`~thunder_ext.testing.compare.Builder`; ``grad=False`` turns every ``requires_grad`` off.
+        ``device``: where the inputs live (default :data:`DEVICE`)."""
         fn = self.function()
-        return lambda: (fn, self.make_args(grad), {})
+        return lambda: (fn, self.make_args(grad, device), {})
 
 
 def compile_source(source: str, name: str) -> Callable:
@@ -841,18 +843,21 @@ def judge_builders(builders: Mapping[bool, Builder], configs: Sequence[Config] =
     return Judgement(cells)
 
 
-def judge(program: Program, configs: Sequence[Config] = CONFIGS, *, cell: int | None = None) -> Judgement:
+def judge(
+    program: Program, configs: Sequence[Config] = CONFIGS, *, cell: int | None = None, device: str | None = None
+) -> Judgement:
     """The verdict rule over ``program``: with grad (as generated) when any input wants it, and without.
 
     ``cell`` judges one cell only: ``configs[cell % len(configs)]``, with grad when
     ``cell // len(configs)`` is odd and the program has inputs that want it (a soak that
     rotates through the cells covers each of them in turn, at a fraction of the cost).
+    ``device``: where the inputs live (default :data:`DEVICE`; ``"cuda"`` meets nvFuser).
     """
     modes = (False, True) if program.has_grad_inputs else (False,)
     if cell is not None:
         grad = program.has_grad_inputs and (cell // len(configs)) % 2 == 1
-        return judge_builders({grad: program.builder(grad)}, (configs[cell % len(configs)],))
-    return judge_builders({g: program.builder(g) for g in modes}, configs)
+        return judge_builders({grad: program.builder(grad, device)}, (configs[cell % len(configs)],))
+    return judge_builders({g: program.builder(g, device) for g in modes}, configs)
 
 
 def judge_function(
