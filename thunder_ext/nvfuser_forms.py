@@ -62,12 +62,13 @@ import thunder.torch as ltorch
 import torch
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy
-from thunder.core.symbol import BoundSymbol, Symbol
-from thunder.core.trace import TraceCtx, from_trace, tracectx
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx
 from thunder.extend import Executor, OperatorExecutor
 
 from thunder_ext.alias_analysis import storage_groups
 from thunder_ext.op_kinds import PrimIDs, is_barrier, is_copy, is_fusion, is_return, tensor_args
+from thunder_ext.remat_guard import has_nvfuser
 
 _CLONES = (ltorch.clone.id, PrimIDs.CLONE)
 
@@ -76,25 +77,17 @@ def _is_clone(bsym: BoundSymbol) -> bool:
     return bsym.sym.id in _CLONES
 
 
-def _operator_clone(trace: TraceCtx, src: TensorProxy, executors: Sequence[Executor]) -> Symbol | None:
-    """The symbol an operator executor of ``executors`` runs ``prims.clone`` with, if any."""
-    for ex in executors:
-        if not isinstance(ex, OperatorExecutor):
-            continue
-        impl = ex.implmap.get(PrimIDs.CLONE)
-        if impl is None:
-            continue
-        if impl.symbol is not None and impl.execution_transform is None:
-            return impl.symbol
-        if impl.execution_transform is not None:
-            scratch = from_trace(trace)
-            with tracectx(scratch):
-                scratch.push_scope([])
-                impl.execution_transform(src)
-                made = scratch.pop_scope()
-            if len(made) == 1 and made[0].sym.executor is ex:
-                return made[0].sym
-    return None
+def _unfused(trace: TraceCtx, bsym: BoundSymbol, executors: Sequence[Executor]) -> BoundSymbol | None:
+    """``bsym`` as the compilation's operator executors claim it, with no subsymbols (a fusion
+    executor fuses a bsym whose subsymbols it can all run), or None when none claims it whole."""
+    from thunder_ext.functionalize import _claim
+
+    claimed = _claim(trace, [bsym], [ex for ex in executors if isinstance(ex, OperatorExecutor)])
+    if len(claimed) != 1 or not isinstance(claimed[0].sym.executor, OperatorExecutor):
+        return None
+    return claimed[0].from_bsym(
+        subsymbols=[], header=bsym.header, source_filename=bsym.source_filename, source_positions=bsym.source_positions
+    )
 
 
 def copy_clones(
@@ -103,9 +96,7 @@ def copy_clones(
 ) -> tuple[list[BoundSymbol], int]:
     """``bsyms`` with every clone of written storage bound to an operator executor's clone, and
     how many were rebound.  Only where nvFuser is among ``executors``."""
-    if not executors or not any(getattr(ex, "name", None) == "nvfuser" for ex in executors):
-        return bsyms, 0
-    if not any(_is_clone(b) for b in bsyms):
+    if not has_nvfuser(executors) or not any(_is_clone(b) for b in bsyms):
         return bsyms, 0
     info = storage_groups(bsyms, inputs, aliased_inputs, cache=effects)
     written = {info.group_of(w) for i in range(len(bsyms)) for w in info.writes_of(i)}
@@ -113,15 +104,9 @@ def copy_clones(
     rebound = 0
     for b in bsyms:
         args = tensor_args(b)
-        if _is_clone(b) and args and info.group_of(args[0]) in written:
-            sym = _operator_clone(trace, args[0], executors)
-            if sym is not None:
-                # No subsymbols: a fusion executor fuses a bsym whose subsymbols it can all run.
-                b = sym.bind(args[0], output=b.output).from_bsym(
-                    subsymbols=[], header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
-                )
-                rebound += 1
-        out.append(b)
+        copy = _unfused(trace, b, executors) if _is_clone(b) and args and info.group_of(args[0]) in written else None
+        rebound += copy is not None
+        out.append(copy or b)
     return out, rebound
 
 
@@ -137,24 +122,16 @@ def unfuse_squeezing_views(
 ) -> tuple[list[BoundSymbol], int]:
     """``bsyms`` with every squeezing view (and the slice it squeezes) bound to an operator
     executor, and how many were rebound.  Only where nvFuser is among ``executors``."""
-    if not executors or not any(getattr(ex, "name", None) == "nvfuser" for ex in executors):
+    if not has_nvfuser(executors):
         return bsyms, 0
-    from thunder_ext.functionalize import _claim
-
-    operators = [ex for ex in executors if isinstance(ex, OperatorExecutor)]
     squeezed = {tensor_args(b)[0].name for b in bsyms if _squeezes(b) and tensor_args(b)}
     out: list[BoundSymbol] = []
     rebound = 0
     for b in bsyms:
         slices_for_squeeze = b.sym.id == PrimIDs.SLICE and any(p.name in squeezed for p in b.flat_proxy_outs)
-        if _squeezes(b) or slices_for_squeeze:
-            claimed = _claim(trace, [b], operators)
-            if len(claimed) == 1 and isinstance(claimed[0].sym.executor, OperatorExecutor):
-                b = claimed[0].from_bsym(
-                    subsymbols=[], header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
-                )
-                rebound += 1
-        out.append(b)
+        view = _unfused(trace, b, executors) if _squeezes(b) or slices_for_squeeze else None
+        rebound += view is not None
+        out.append(view or b)
     return out, rebound
 
 
