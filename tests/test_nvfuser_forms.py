@@ -103,3 +103,30 @@ def test_inputs_a_region_writes_get_one_version_bump_before_the_return():
     bumped.python_callable()(y)
     assert y._version - v0 == (v1 - v0) + 1  # exactly one more bump
     torch.testing.assert_close(y, x)  # and no other change
+
+
+def _batch_norm_twice(x, rm, rv):
+    t0 = torch.nn.functional.batch_norm(x, rm, rv, training=True, momentum=0.1)
+    t1 = torch.nn.functional.batch_norm(t0, rm, rv, training=True, momentum=0.1)
+    return t1
+
+
+def test_two_writes_to_one_input_are_kept_apart_where_nvfuser_may_run():
+    """executor_policies.WriteInputs: nvFuser reads a region's input as it was when the region
+    started, so the second batch_norm's update of the running stats needs its own region: a
+    barrier witnessed by the first, which the second reads the stats through."""
+    from thunder_ext import insert_barriers, verify
+
+    trace = _first_trace(_batch_norm_twice, torch.randn(4, 3), torch.zeros(3), torch.ones(3))
+    first, second = [b for b in trace.bound_symbols if "batch_norm" in b.sym.name]
+    placed = insert_barriers(trace)  # executors unknown: nvFuser may run
+    bns = [b for b in placed.bound_symbols if "batch_norm" in b.sym.name]
+    barriers = [b for b in placed.bound_symbols if b.sym.name == "update_aliases"]
+    (between,) = [b for b in barriers if "separate regions" in str(b.header)]
+    assert first.output.name in {p.name for p in between.flat_proxy_args}  # witnessed by the first
+    renamed = {o.name for o in between.flat_proxy_outs}
+    assert {p.name for p in bns[1].flat_proxy_args} & renamed  # the second reads the stats through it
+    assert not verify(placed)
+    # With the CPU's executors nothing fuses both, and no such barrier is placed.
+    cpu = insert_barriers(trace, executors=list(thunder.get_default_executors()) + [torchex])
+    assert not [b for b in cpu.bound_symbols if "separate regions" in str(b.header)]
