@@ -60,6 +60,10 @@ def _input_lines(report) -> list[str]:
     if getattr(report, "saved_old_values", None):
         names = ", ".join(f"`{n}`" for n in report.saved_old_values)
         lines.append(f"old value(s) of written inputs the backward reads, copied once: {names}")
+    if getattr(report, "clones_copied", 0):
+        lines.append(f"{report.clones_copied} clone(s) of written storage run as copies outside nvFuser (it would alias them)")
+    if getattr(report, "views_unfused", 0):
+        lines.append(f"{report.views_unfused} squeezing view(s) run outside nvFuser's regions")
     return lines
 
 
@@ -84,6 +88,8 @@ def removal_report_headline(report) -> str:
         parts.append(f"{report.epilogues_reinplaced} input write(s) back in place")
     if report.copies_folded:
         parts.append(f"{report.copies_folded} copy_ folded into out=")
+    if getattr(report, "versions_bumped", 0):
+        parts.append(f"{report.versions_bumped} input version(s) bumped after nvFuser wrote them")
     if report.kept:
         parts.append(f"{report.kept} kept: {report.why_kept}")
     parts.append(f"{report.seconds * 1e3:.1f} ms")
