@@ -42,11 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=None,
                         help="stop after this many seconds with the counts so far (each worker, with --jobs)")
     parser.add_argument("--json", default=None, help="also write the counts and failures to this file")
-    parser.add_argument("--device", default=None,
+    parser.add_argument("--device", default="cpu",
                         help="where the programs' inputs live (default cpu; cuda runs the default executors' cells on nvFuser)")
     args = parser.parse_args(argv)
-    if args.device is not None:  # before thunder_ext.testing.fuzzing is imported, here and in the workers
-        os.environ["THUNDER_EXT_FUZZ_DEVICE"] = args.device
     if args.jobs > 1 and (args.seed is None or args.shrink):
         parser.error("--jobs needs --seed (workers get SEED, SEED+1, ...) and cannot --shrink")
 
@@ -72,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.shrink and result is not None:
             from thunder_ext.testing.fuzzing import fails_with, reduce
 
-            source = reduce(result.smallest(sig), fails_with(sig, configs)).source
+            source = reduce(result.smallest(sig), fails_with(sig, configs, args.device)).source
         print(source, end="")
     if args.json:
         with open(args.json, "w") as out:
@@ -99,7 +97,7 @@ def _soak_here(args, start: float):
             )
 
     result = soak(args.examples, seed=args.seed, on_program=progress, configs=configs, time_limit=args.time_limit,
-                  rotate=args.rotate)
+                  rotate=args.rotate, device=args.device)
     return result, configs
 
 

@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Prepare .gpu/: everything a lent GPU machine (Python 3.12, torch 2.11+cu130, no package
 # index, no nvFuser) needs to run Thunder main with nvFuser. Run here, on the CPU machine,
 # from the repository root; then name ".gpu" in the device call's `carry` and run

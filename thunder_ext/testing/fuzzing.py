@@ -71,7 +71,6 @@ from __future__ import annotations
 import itertools
 import linecache
 import math
-import os
 import re
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -85,9 +84,6 @@ from hypothesis import strategies as st
 from thunder_ext.testing.compare import Builder, Config, differential
 
 BASE_SHAPE = (4, 3)
-# Where the inputs live: ``scripts/soak.py --device cuda`` sets it for itself and its workers,
-# so the same programs meet nvFuser (the default executors on CUDA) on a GPU machine.
-DEVICE = os.environ.get("THUNDER_EXT_FUZZ_DEVICE", "cpu")
 LIMIT = 100.0  # largest magnitude a value may reach
 INPUT_BOUND = 5.0  # randn values, generously
 CONSTANTS = (0.5, -0.5, 2.0, 1.5)
@@ -124,8 +120,7 @@ class Input:
         grad = " requires_grad (non-leaf)" if self.nonleaf else " requires_grad"
         return f"{self.name} {what}" + (grad if self.requires_grad else "")
 
-    def make(self, grad: bool, device: str | None = None) -> torch.Tensor:
-        device = DEVICE if device is None else device
+    def make(self, grad: bool, device: str = "cpu") -> torch.Tensor:
         if self.kind == "idx":
             return torch.tensor([1, 0], device=device)
         if self.kind == "rm":
@@ -186,12 +181,12 @@ class Program:
             self._fn = compile_source(self.source, "fuzz")
         return self._fn
 
-    def make_args(self, grad: bool, device: str | None = None) -> tuple:
+    def make_args(self, grad: bool, device: str = "cpu") -> tuple:
         return tuple(i.make(grad, device) for i in self.inputs)
 
-    def builder(self, grad: bool, device: str | None = None) -> Builder:
+    def builder(self, grad: bool, device: str = "cpu") -> Builder:
         """A :data:`~thunder_ext.testing.compare.Builder`; ``grad=False`` turns every ``requires_grad`` off.
-        ``device``: where the inputs live (default :data:`DEVICE`)."""
+        ``device``: where the inputs live (``"cuda"`` meets nvFuser, the default executors there)."""
         fn = self.function()
         return lambda: (fn, self.make_args(grad, device), {})
 
@@ -844,14 +839,14 @@ def judge_builders(builders: Mapping[bool, Builder], configs: Sequence[Config] =
 
 
 def judge(
-    program: Program, configs: Sequence[Config] = CONFIGS, *, cell: int | None = None, device: str | None = None
+    program: Program, configs: Sequence[Config] = CONFIGS, *, cell: int | None = None, device: str = "cpu"
 ) -> Judgement:
     """The verdict rule over ``program``: with grad (as generated) when any input wants it, and without.
 
     ``cell`` judges one cell only: ``configs[cell % len(configs)]``, with grad when
     ``cell // len(configs)`` is odd and the program has inputs that want it (a soak that
     rotates through the cells covers each of them in turn, at a fraction of the cost).
-    ``device``: where the inputs live (default :data:`DEVICE`; ``"cuda"`` meets nvFuser).
+    ``device``: where the inputs live (``"cuda"`` meets nvFuser).
     """
     modes = (False, True) if program.has_grad_inputs else (False,)
     if cell is not None:
@@ -954,6 +949,7 @@ def soak(
     configs: Sequence[Config] = CONFIGS,
     time_limit: float | None = None,
     rotate: bool = False,
+    device: str = "cpu",
 ) -> SoakResult:
     """Judge ``max_examples`` random programs under ``configs`` without stopping at failures; group them by signature.
 
@@ -961,6 +957,7 @@ def soak(
     judged so far: a soak on a machine lent for minutes must return its counts, not be killed.
     ``rotate`` judges each program in one cell, the next program in the next cell (``judge``'s
     ``cell``): many more programs per minute, each cell still judged on every 2·len(configs)-th.
+    ``device``: where the programs' inputs live (``"cuda"``: nvFuser's cells on a GPU).
     """
     import time
 
@@ -985,7 +982,7 @@ def soak(
     def run(program: Program) -> None:
         if stop_at is not None and time.monotonic() > stop_at:
             raise _TimeUp
-        j = judge(program, configs, cell=result.ran if rotate else None)
+        j = judge(program, configs, cell=result.ran if rotate else None, device=device)
         result.record(program, j)
         if on_program is not None:
             on_program(result, program, j)
@@ -1011,9 +1008,9 @@ def _only_time_up(error: BaseException, kind: type) -> bool:
     return bool(inner) and all(_only_time_up(e, kind) for e in inner)
 
 
-def fails_with(signature: str, configs: Sequence[Config] = CONFIGS) -> Callable[[Program], bool]:
+def fails_with(signature: str, configs: Sequence[Config] = CONFIGS, device: str = "cpu") -> Callable[[Program], bool]:
     """A predicate: some cell of the program's judgement under ``configs`` fails with ``signature``."""
-    return lambda p: any(c.signature() == signature for c in judge(p, configs).failures)
+    return lambda p: any(c.signature() == signature for c in judge(p, configs, device=device).failures)
 
 
 def reduce(program: Program, still_fails: Callable[[Program], bool]) -> Program:
