@@ -20,7 +20,8 @@ this very process:
   (Inductor's generated C++ kernels are no ATen ops: its count is only its library calls).
 * ``us``: median microseconds per call after ``--warmup`` calls, over ``--iters`` calls;
   CUDA events on CUDA, ``time.perf_counter`` on CPU. A call of a grad program is forward
-  plus ``backward()``.
+  plus ``backward()``.  The timed calls of one program's configurations are interleaved, in
+  ``--rounds`` rounds of rotating order, so that drift of the machine hits them alike.
 * ratios: ``/ plain`` and ``/ inductor`` divide this row's number by that configuration's.
 
 A configuration that crashes shows the error class in its cells; the table always completes.
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import statistics
 import sys
@@ -180,12 +182,11 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def time_us(call: Callable[[], object], device: str, warmup: int, iters: int) -> float:
-    for _ in range(warmup):
-        call()
+def time_samples(call: Callable[[], object], device: str, n: int) -> list[float]:
+    """``n`` timed calls, in microseconds: CUDA events on CUDA, ``perf_counter`` on CPU."""
     _sync(device)
     samples = []
-    for _ in range(iters):
+    for _ in range(n):
         if device == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -197,7 +198,7 @@ def time_us(call: Callable[[], object], device: str, warmup: int, iters: int) ->
             t0 = time.perf_counter()
             call()
             samples.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(samples)
+    return samples
 
 
 def _outermost_aten(e) -> bool:
@@ -253,6 +254,18 @@ def regions(compiled: Callable, config: str) -> str:
     return fw + (" / " + " + ".join(bws) if bws else "")
 
 
+def write_traces(compiled: Callable, path: str) -> None:
+    """The final forward and backward traces Thunder ran, for reading the host's work per call."""
+    import thunder
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        f.write(f"# final forward\n{thunder.last_traces(compiled)[-1]}\n")
+        bw = thunder.last_backward_traces(compiled)
+        if bw:
+            f.write(f"\n# final backward\n{bw[-1]}\n")
+
+
 def _err(e: BaseException) -> str:
     return type(e).__name__
 
@@ -280,7 +293,8 @@ def correctness(bench: Bench, config: str, size: int, device: str) -> tuple[str,
     return "correct", compiled
 
 
-def measure(bench: Bench, config: str, ns: argparse.Namespace) -> dict:
+def prepare(bench: Bench, config: str, ns: argparse.Namespace) -> tuple[dict, Callable[[], object] | None]:
+    """The row's correctness and regions, and the call to time (``None`` when it crashed)."""
     row: dict = {"program": bench.name, "config": config}
     if config == "inductor":
         from torch._dynamo.utils import counters
@@ -291,22 +305,56 @@ def measure(bench: Bench, config: str, ns: argparse.Namespace) -> dict:
     if compiled is None or status not in ("correct", "wrong"):
         for k in ("regions", "launches", "us"):
             row[k] = status  # the crash's class, in every cell of this row
-        return row
+        return row, None
     try:
         row["regions"] = regions(compiled, config)
     except Exception as e:  # noqa: BLE001
         row["regions"] = _err(e)
+    if ns.traces and config != "inductor":
+        write_traces(compiled, os.path.join(ns.traces, f"{bench.name}.{config}.txt"))
     # Fresh arguments for the timed calls: the first call's ones were compared, not reused.
     torch.manual_seed(0)
     _, args, _ = bench.build(ns.size, ns.device)
     call = _callable(compiled, args, bench.grad)
     try:
-        row["us"] = time_us(call, ns.device, ns.warmup, ns.iters)
+        for _ in range(ns.warmup):
+            call()
         row["launches"] = launches_per_call(call, ns.device)
     except Exception as e:  # noqa: BLE001
-        row.setdefault("us", _err(e))
-        row["launches"] = _err(e)
-    return row
+        row["launches"] = row["us"] = _err(e)
+        return row, None
+    return row, call
+
+
+def measure_program(bench: Bench, ns: argparse.Namespace) -> list[dict]:
+    """Every configuration of one program, timed in interleaved rounds.
+
+    Each round times ``iters / rounds`` calls of every configuration, in an order that rotates
+    from round to round, so that a slow phase of the machine (clocks, another tenant) falls on
+    every configuration alike; ``us`` is the median of all of a configuration's samples.
+    """
+    prepared = []
+    for config in ns.configs:
+        try:
+            prepared.append(prepare(bench, config, ns))
+        except Exception as e:  # noqa: BLE001 - e.g. eager itself failing, out of memory
+            err = _err(e)
+            prepared.append(({"program": bench.name, "config": config, "eager": err, "regions": err,
+                              "launches": err, "us": err}, None))
+    live = [(row, call) for row, call in prepared if call is not None]
+    samples: dict[int, list[float]] = {id(row): [] for row, _ in live}
+    per_round = max(1, ns.iters // ns.rounds)
+    for r in range(ns.rounds):
+        for row, call in live[r % len(live):] + live[: r % len(live)] if live else []:
+            if "us" in row:
+                continue  # it crashed in an earlier round
+            try:
+                samples[id(row)] += time_samples(call, ns.device, per_round)
+            except Exception as e:  # noqa: BLE001
+                row["us"] = _err(e)
+    for row, _ in live:
+        row.setdefault("us", statistics.median(samples[id(row)]))
+    return [row for row, _ in prepared]
 
 
 # -- the table --------------------------------------------------------------------------------
@@ -365,9 +413,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=None, help="base dimension (default 1024 on CUDA, 64 on CPU)")
     parser.add_argument("--iters", type=int, default=None, help="timed calls (default 100 on CUDA, 10 on CPU)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 10 on CUDA, 2 on CPU)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds the timed calls are split into (default 5)")
     parser.add_argument("--programs", nargs="+", choices=[b.name for b in BENCHES], default=None)
     parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
     parser.add_argument("--json", metavar="PATH", help="also write every row to PATH as JSON")
+    parser.add_argument("--traces", metavar="DIR", help="write each Thunder configuration's final traces to DIR")
     ns = parser.parse_args(argv)
     if ns.device == "cuda" and not cuda:
         parser.error("--device cuda, but torch sees no CUDA device")
@@ -387,7 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     dev_name = torch.cuda.get_device_name() if on_gpu else platform.processor() or platform.machine()
     print(f"# thunder-ext GPU bench (torch {torch.__version__}, thunder {thunder.__version__}, "
           f"{ns.device}: {dev_name}, nvFuser {'available' if nvf else 'not available'})\n")
-    print(f"size {ns.size}, {ns.warmup} warm-up + {ns.iters} timed calls (median); fusion_type=\"dataflow\", "
+    print(f"size {ns.size}, {ns.warmup} warm-up + {ns.iters} timed calls (median, {ns.rounds} interleaved rounds); "
+          "fusion_type=\"dataflow\", "
           "default executors.")
     if not on_gpu:
         print("CPU run: no kernel launches to count, so the launch column counts outermost ATen ops per call (Inductor: library calls only); "
@@ -397,18 +448,13 @@ def main(argv: list[str] | None = None) -> int:
     benches = [b for b in BENCHES if ns.programs is None or b.name in ns.programs]
     rows = []
     for b in benches:
-        for config in ns.configs:
-            t0 = time.perf_counter()
-            try:
-                row = measure(b, config, ns)
-            except Exception as e:  # noqa: BLE001 - e.g. eager itself failing, out of memory
-                row = {"program": b.name, "config": config, "eager": _err(e), "regions": _err(e),
-                       "launches": _err(e), "us": _err(e)}
-            rows.append(row)
-            if ns.json:  # after every row: a run stopped by a time limit keeps what it measured
-                _write_json(ns, nvf, rows)
-            print(f"  {b.name} / {config}: {row['eager']}, {_fmt(row['us'], '.1f')} us "
-                  f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        got = measure_program(b, ns)
+        rows += got
+        if ns.json:  # after every program: a run stopped by a time limit keeps what it measured
+            _write_json(ns, nvf, rows)
+        cells = ", ".join(f"{r['config']} {r['eager']} {_fmt(r['us'], '.1f')} us" for r in got)
+        print(f"  {b.name}: {cells} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     print(table(rows, ns.device))
     print()
     for b in benches:

@@ -3,6 +3,7 @@ and the transform, each in a fresh process.
 
     .venv/bin/python scripts/kv_cache.py                 # caches of 64 MiB each (seq 8192)
     .venv/bin/python scripts/kv_cache.py --seq 16384 --calls 50 --executors default torch_compile
+    python scripts/kv_cache.py --device cuda              # on a GPU: nvFuser among the defaults
 
 The step writes the new key and value into one position of each cache (``kc[:, :, pos] = k``),
 then attends over the whole cache.  The caches are inputs, so with the transform their writes
@@ -14,7 +15,8 @@ Thunder's.  Each configuration runs in its own process, which reports
 * ``extra MiB``: the process's peak resident memory (``ru_maxrss``) minus its resident memory
   once the inputs exist and before the first call, so what compiling and running the step
   added at its peak (compilation included: it is the same work for plain and transform, apart
-  from the transform's own pass);
+  from the transform's own pass); on CUDA, the peak of the caching allocator's allocated
+  memory (``torch.cuda.max_memory_allocated``) over the calls, minus what the inputs hold;
 * whether the outputs and the caches' final state match eager's.
 
 Printed as a markdown table with the ratios transform / plain, in the same run.
@@ -46,27 +48,32 @@ def _rss_mib() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _inputs(heads: int, seq: int, dim: int):
+def _inputs(heads: int, seq: int, dim: int, device: str):
     g = torch.Generator().manual_seed(0)
-    q = torch.randn(1, heads, 1, dim, generator=g)
-    k = torch.randn(1, heads, dim, generator=g)
-    v = torch.randn(1, heads, dim, generator=g)
-    kc = torch.randn(1, heads, seq, dim, generator=g)
-    vc = torch.randn(1, heads, seq, dim, generator=g)
-    return q, k, v, kc, vc
+    shapes = ((1, heads, 1, dim), (1, heads, dim), (1, heads, dim), (1, heads, seq, dim), (1, heads, seq, dim))
+    return tuple(torch.randn(*s, generator=g).to(device) for s in shapes)
 
 
-def run_one(mode: str, executors: str, heads: int, seq: int, dim: int, calls: int) -> dict:
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_one(mode: str, executors: str, heads: int, seq: int, dim: int, calls: int, device: str = "cpu") -> dict:
     import thunder
 
     from thunder_ext.noise import quiet_upstream_noise
     from thunder_ext.transforms import InplaceBarrierTransform
 
     quiet_upstream_noise()
-    args = _inputs(heads, seq, dim)
+    args = _inputs(heads, seq, dim, device)
     expected_args = [a.clone() for a in args]
     expected = decode_step(*expected_args)
+    _sync(device)
     base = _rss_mib()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated() / 2**20
     if mode == "eager":
         fn = decode_step
     else:
@@ -84,10 +91,15 @@ def run_one(mode: str, executors: str, heads: int, seq: int, dim: int, calls: in
             fn(*args)
         times = []
         for _ in range(calls):
+            _sync(device)
             t = time.perf_counter()
             fn(*args)
+            _sync(device)
             times.append(time.perf_counter() - t)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"ms": statistics.median(times) * 1e3, "extra_mib": peak - base, "matches_eager": ok}
 
 
@@ -98,14 +110,15 @@ def main() -> None:
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--calls", type=int, default=30)
     p.add_argument("--executors", nargs="+", default=["default"], choices=["default", "torch_compile"])
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--run", nargs=2, metavar=("MODE", "EXECUTORS"), help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.run:
-        print(json.dumps(run_one(a.run[0], a.run[1], a.heads, a.seq, a.dim, a.calls)))
+        print(json.dumps(run_one(a.run[0], a.run[1], a.heads, a.seq, a.dim, a.calls, a.device)))
         return
     mib = a.heads * a.seq * a.dim * 4 / 2**20
     print(f"KV-cache decode step: 2 caches of {mib:.0f} MiB each (heads {a.heads}, seq {a.seq}, dim {a.dim}), "
-          f"median of {a.calls} calls, torch {torch.__version__}")  # fmt: skip
+          f"median of {a.calls} calls, torch {torch.__version__}, {a.device}")  # fmt: skip
     print()
     print("| executors | mode | ms/call | extra MiB at peak | matches eager | ms vs plain | MiB vs plain |")
     print("|---|---|---|---|---|---|---|")
@@ -113,7 +126,7 @@ def main() -> None:
         res = {}
         for mode in ("eager", "plain", "transform"):
             cmd = [sys.executable, __file__, "--run", mode, ex, "--heads", str(a.heads), "--seq", str(a.seq),
-                   "--dim", str(a.dim), "--calls", str(a.calls)]  # fmt: skip
+                   "--dim", str(a.dim), "--calls", str(a.calls), "--device", a.device]  # fmt: skip
             done = subprocess.run(cmd, capture_output=True, text=True, check=True)
             res[mode] = json.loads(done.stdout.strip().splitlines()[-1])
         for mode, r in res.items():

@@ -12,8 +12,14 @@
 #   cuda.log         tests/test_gpu.py::test_gallery_on_cuda: both fusion types, the default
 #                    executors (nvFuser) and torch_compile_ex (Inductor's Triton)
 #   soak.log, soak.json   the fuzzer's programs on CUDA (scripts/soak.py --device cuda)
-#   bench.log, bench.json scripts/bench_gpu.py: plain Thunder, the transform, torch.compile
-# Caps (seconds): CAP_NVFUSER, CAP_CUDA, CAP_SOAK, CAP_BENCH; JOBS: pytest-xdist workers.
+#   bench.log, bench.json scripts/bench_gpu.py: plain Thunder, the transform, torch.compile,
+#                    interleaved; the final traces of each in bench-traces/
+#   findings.log     tests/test_gpu.py -k soak_findings: the CUDA soak's programs (fixed, fixed
+#                    on the CPU's traces only, and the strict xfails of the open ones)
+#   kv.log           scripts/kv_cache.py --device cuda: the decode step's time and peak memory
+#   diag.txt         scripts/gpu/diagnose.sh on .gpu/programs.txt (plain against transform, traces)
+# STEPS picks the steps, in order (default: findings nvfuser cuda soak bench kv; diagnose is
+# only run when named).  Caps (seconds): CAP_<STEP>; JOBS: pytest-xdist workers.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-out}
@@ -37,12 +43,22 @@ step() {  # step NAME CAP CMD...: run CMD for at most CAP seconds, its output in
     echo "== $name: exit $rc after $((SECONDS - t0)) s"
     tail -n 25 "$out/$name.log"
 }
-step nvfuser "${CAP_NVFUSER:-120}" python3 -m pytest -p no:cacheprovider -q -rfE "${xdist[@]}" \
-    tests/test_gpu.py -k test_gallery_on_nvfuser
-step cuda "${CAP_CUDA:-150}" python3 -m pytest -p no:cacheprovider -q -rfE "${xdist[@]}" \
-    tests/test_gpu.py -k test_gallery_on_cuda
-step soak "${CAP_SOAK:-120}" python3 scripts/soak.py --device cuda --rotate --jobs "$jobs" \
-    --seed "${SOAK_SEED:-32000}" --examples 20000 --executors both --time-limit "$(( ${CAP_SOAK:-120} - 40 ))" \
-    --json "$out/soak.json"
-step bench "${CAP_BENCH:-90}" python3 scripts/bench_gpu.py --iters 50 --warmup 5 --json "$out/bench.json"
+for s in ${STEPS:-findings nvfuser cuda soak bench kv}; do
+    case $s in
+    findings) step findings "${CAP_FINDINGS:-90}" python3 -m pytest -p no:cacheprovider -q -rfExX "${xdist[@]}" \
+        tests/test_gpu.py -k soak_findings ;;
+    nvfuser) step nvfuser "${CAP_NVFUSER:-120}" python3 -m pytest -p no:cacheprovider -q -rfE "${xdist[@]}" \
+        tests/test_gpu.py -k test_gallery_on_nvfuser ;;
+    cuda) step cuda "${CAP_CUDA:-150}" python3 -m pytest -p no:cacheprovider -q -rfE "${xdist[@]}" \
+        tests/test_gpu.py -k test_gallery_on_cuda ;;
+    soak) step soak "${CAP_SOAK:-120}" python3 scripts/soak.py --device cuda --rotate --jobs "$jobs" \
+        --seed "${SOAK_SEED:-32000}" --examples 20000 --executors both --time-limit "$(( ${CAP_SOAK:-120} - 40 ))" \
+        --json "$out/soak.json" ;;
+    bench) step bench "${CAP_BENCH:-120}" python3 scripts/bench_gpu.py --iters "${BENCH_ITERS:-100}" --warmup 10 --rounds 5 \
+        --json "$out/bench.json" --traces "$out/bench-traces" ;;
+    kv) step kv "${CAP_KV:-90}" python3 scripts/kv_cache.py --device cuda --calls 50 --executors default torch_compile ;;
+    diagnose) step diagnose "${CAP_DIAGNOSE:-150}" env CAP="$(( ${CAP_DIAGNOSE:-150} - 20 ))" bash scripts/gpu/diagnose.sh ;;
+    *) echo "checks.sh: no step '$s'" >&2 ;;
+    esac
+done
 exit 0

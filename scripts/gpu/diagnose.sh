@@ -6,7 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-SMOKE=0 bash scripts/gpu/setup.sh > "$out/setup.log" 2>&1; tail -3 "$out/setup.log"
+SMOKE=0 bash scripts/gpu/setup.sh >> "$out/setup.log" 2>&1; tail -3 "$out/setup.log"
 . "${GPU_ENV:-/tmp/gpu-env.sh}"
 n=$(python3 -c "print(len(open('.gpu/programs.txt').read().strip().split('\n\n')))")
 tmp=$(mktemp -d)
