@@ -130,3 +130,83 @@ def test_two_writes_to_one_input_are_kept_apart_where_nvfuser_may_run():
     # With the CPU's executors nothing fuses both, and no such barrier is placed.
     cpu = insert_barriers(trace, executors=list(thunder.get_default_executors()) + [torchex])
     assert not [b for b in cpu.bound_symbols if "separate regions" in str(b.header)]
+
+
+class _FusingNvFuser(_NamedNvFuser):
+    """As above, and it fuses every bsym but barriers and the return (nvFuser takes all of these)."""
+
+    def can_fuse(self, bsym) -> bool:
+        from thunder_ext.op_kinds import is_barrier, is_return
+
+        return not is_barrier(bsym) and not is_return(bsym)
+
+
+def _written_back(b, c):
+    h = b * 0.5  # the new value of b
+    t = c + h  # read by a later region: rematerialization may recompute h from b there
+    s = h.sin()
+    b.copy_(h)  # the epilogue, as functionalization leaves it
+    return t, s
+
+
+def _written_back_read_by_nobody(b):
+    h = b * 0.5
+    b.copy_(h)
+    return h
+
+
+def _barrier_maker(trace):
+    from thunder.core import prims
+    from thunder.core.proxies import TensorProxy
+    from thunder.core.trace import tracectx
+
+    def barrier(members, witnesses, before):
+        ins = tuple(members) + tuple(witnesses)
+        with tracectx(trace):
+            outs = tuple(TensorProxy(like=p) for p in ins)
+        return prims.update_aliases.bind(ins, output=outs), outs[: len(members)]
+
+    return barrier
+
+
+def _flat_prims(fn, *args):
+    """The trace's bsyms with every composite opened to its prims (what nvFuser's regions hold)."""
+    trace = _first_trace(fn, *args)
+    from thunder_ext.nvfuser_forms import _leaves
+
+    return trace, list(_leaves(trace.bound_symbols))
+
+
+def test_the_epilogue_waits_for_values_a_region_could_recompute_from_its_destination():
+    """nvfuser_forms.epilogues_after_derived_reads: under dataflow fusion the copy into b joins
+    the region making h; a later region reading t or s could recompute h from b after the copy
+    (a soak program's running stats came out wrong).  One barrier takes the copy's value and
+    destination and the last values read from b; the copy reads the barrier's outputs."""
+    from thunder_ext.nvfuser_forms import epilogues_after_derived_reads
+    from thunder_ext.op_kinds import is_barrier, is_copy
+
+    trace, bsyms = _flat_prims(_written_back, torch.randn(4), torch.randn(4))
+    out, n = epilogues_after_derived_reads(bsyms, frozenset({"b"}), [_FusingNvFuser(), torchex], _barrier_maker(trace))
+    assert n == 1
+    (barrier,) = [b for b in out if is_barrier(b)]
+    (copy,) = [b for b in out if is_copy(b)]
+    assert out.index(barrier) == out.index(copy) - 1
+    t, s = (p.name for p in trace.bound_symbols[-1].flat_proxy_args[:2])
+    assert {t, s} <= {p.name for p in barrier.flat_proxy_args}  # both readers are witnesses
+    assert {p.name for p in copy.flat_proxy_args[:2]} <= {p.name for p in barrier.flat_proxy_outs}
+    # Nothing else changed.
+    assert [b for b in out if b is not barrier and b is not copy] == [b for b in bsyms if not is_copy(b)]
+
+
+def test_the_epilogue_is_left_alone_where_nothing_could_recompute_a_read_after_it():
+    from thunder_ext.nvfuser_forms import epilogues_after_derived_reads
+
+    trace, bsyms = _flat_prims(_written_back_read_by_nobody, torch.randn(4))
+    maker = _barrier_maker(trace)
+    assert epilogues_after_derived_reads(bsyms, frozenset({"b"}), [_FusingNvFuser(), torchex], maker) == (bsyms, 0)
+    # Readers nvFuser does not take hand their consumers values no region recomputes.
+    trace, bsyms = _flat_prims(_written_back, torch.randn(4), torch.randn(4))
+    assert epilogues_after_derived_reads(bsyms, frozenset({"b"}), NVFUSER_EXECUTORS, maker) == (bsyms, 0)
+    # Without nvFuser, or for an input with no epilogue, nothing changes.
+    assert epilogues_after_derived_reads(bsyms, frozenset({"b"}), [torchex], maker) == (bsyms, 0)
+    assert epilogues_after_derived_reads(bsyms, frozenset({"c"}), [_FusingNvFuser(), torchex], maker) == (bsyms, 0)

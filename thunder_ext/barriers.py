@@ -92,7 +92,7 @@ from thunder_ext.remat_guard import (
     partitioning_fusers,
     unguarded_writes,
 )
-from thunder_ext.nvfuser_forms import copy_clones, unfuse_squeezing_views
+from thunder_ext.nvfuser_forms import copy_clones, epilogues_after_derived_reads, unfuse_squeezing_views
 from thunder_ext.saved_values import keep_old_values_for_backward
 from thunder_ext.stage_config import StageConfig
 
@@ -141,6 +141,9 @@ class BarrierReport:
     clones_copied: int = 0
     # Squeezing views (``t[0]``) bound to an operator executor, out of nvFuser's regions.
     views_unfused: int = 0
+    # Epilogue copy_s put after every fusible read of a value computed from a written input
+    # (nvFuser, dataflow: its regions could recompute such a read after the copy).
+    epilogues_ordered: int = 0
     # Witnesses left out because they carry gradients (before autodiff; see place_barriers).
     dropped_witnesses: int = 0
     stripped: int = 0
@@ -976,7 +979,24 @@ def _unfused(trace, options: PlacementOptions, out: list[BoundSymbol]) -> list[B
 def _apply_executor_policies(trace, options: PlacementOptions, stripped, placer: _Placer, out):
     """Step 6."""
     placer, out = _guard(trace, options, stripped, placer, out)
-    return placer, _unfused(trace, options, out)
+    return placer, _order_epilogues(options, placer, _unfused(trace, options, out))
+
+
+def _order_epilogues(options: PlacementOptions, placer: _Placer, out: list[BoundSymbol]) -> list[BoundSymbol]:
+    """nvFuser under dataflow fusion: the epilogue after every recomputable read of what it writes
+    (:func:`thunder_ext.nvfuser_forms.epilogues_after_derived_reads`)."""
+    config = options.config
+    if not config.dataflow:
+        return out
+    epilogue_inputs = frozenset(config.epilogue_inputs)
+
+    def barrier(members, witnesses, before):
+        reason = "nvFuser: the epilogue after every value a region could recompute from what it writes"
+        return placer.barrier(options.symbols.pin, members, witnesses, before, [reason])
+
+    out, ordered = epilogues_after_derived_reads(out, epilogue_inputs, config.executors, barrier)
+    placer.report.epilogues_ordered = ordered
+    return out
 
 
 def _check_partition(trace, options: PlacementOptions, stripped, placer: _Placer, out):

@@ -67,7 +67,7 @@ from thunder.core.trace import TraceCtx
 from thunder.extend import Executor, OperatorExecutor
 
 from thunder_ext.alias_analysis import storage_groups
-from thunder_ext.op_kinds import PrimIDs, is_barrier, is_copy, is_fusion, is_return, tensor_args
+from thunder_ext.op_kinds import PrimIDs, is_barrier, is_copy, is_fusion, is_return, tensor_args, tensor_outs
 from thunder_ext.remat_guard import has_nvfuser
 
 _CLONES = (ltorch.clone.id, PrimIDs.CLONE)
@@ -198,3 +198,123 @@ def bump_written_versions(
     at = next((i for i in range(len(bsyms) - 1, -1, -1) if is_return(bsyms[i])), len(bsyms))
     bsyms.insert(at, bump_versions.bind(*written.values(), output=None))
     return recompute_dels(trace, bsyms), len(written)
+
+
+def _root_names(bsyms: Sequence[BoundSymbol]) -> dict[str, str]:
+    """Each name a top-level barrier gave a tensor, mapped to the name it had first."""
+    root: dict[str, TensorProxy] = {}
+    for b in bsyms:
+        if is_barrier(b) and not is_fusion(b):
+            _follow_barrier(b, root)
+    return {k: v.name for k, v in root.items()}
+
+
+def _ancestors(bsyms: Sequence[BoundSymbol], of: str) -> set[int]:
+    made_at = {p.name: i for i, b in enumerate(bsyms) for p in b.flat_proxy_outs}
+    seen: set[int] = set()
+    todo = [made_at[of]] if of in made_at else []
+    while todo:
+        i = todo.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        todo += [made_at[p.name] for p in bsyms[i].flat_proxy_args if p.name in made_at]
+    return seen
+
+
+def derived_readers(
+    bsyms: Sequence[BoundSymbol], at: int, fusible: Callable[[BoundSymbol], bool], epilogues: set[int]
+) -> list[int]:
+    """The fusible bsyms that read a value a fusion region may recompute from the storage the
+    copy ``bsyms[at]`` writes, other than those its own value is made from.
+
+    Thunder's rematerialization lets a consumer region recompute values of its producer region
+    from the producer's inputs.  When the producer also holds the copy into ``x``, a consumer
+    that receives a value computed from ``x`` may read ``x`` itself, after the copy.  Such
+    values are those computed from ``x`` (any of its names before the copy) by fusible bsyms,
+    one after another: a bsym no region holds (a barrier, an op nvFuser does not take) hands
+    its consumers a value no region recomputes.
+    """
+    copy = bsyms[at]
+    value, dest = copy.flat_proxy_args[0], copy.flat_proxy_args[1]
+    root = _root_names(bsyms[:at])
+    x = root.get(dest.name, dest.name)
+    derived = {n for n in [x, *root] if root.get(n, n) == x}
+    after_copy = {p.name for p in copy.flat_proxy_outs}
+    made_from_value = _ancestors(bsyms, value.name)
+    readers = []
+    for i, b in enumerate(bsyms):
+        if i == at or is_return(b):
+            continue
+        names = {p.name for p in b.flat_proxy_args}
+        if names & after_copy:
+            after_copy |= {p.name for p in b.flat_proxy_outs}
+            continue
+        if is_barrier(b) or not fusible(b) or not names & derived:
+            continue
+        derived |= {p.name for p in tensor_outs(b)}
+        if i not in made_from_value and i not in epilogues:
+            readers.append(i)
+    return readers
+
+
+def epilogues_after_derived_reads(
+    bsyms: list[BoundSymbol],
+    epilogue_inputs: frozenset[str],
+    executors: Sequence[Executor] | None,
+    barrier: Callable[[list[TensorProxy], list[TensorProxy], BoundSymbol], tuple[BoundSymbol, Sequence[TensorProxy]]],
+) -> tuple[list[BoundSymbol], int]:
+    """``bsyms`` with one barrier before the epilogue ``copy_``s where a fusion region could
+    otherwise recompute a read of a written input after its copy (:func:`derived_readers`),
+    and how many epilogue copies it orders (0: ``bsyms`` unchanged).  Only where nvFuser is
+    among ``executors``; its caller applies it under dataflow fusion only, where an epilogue
+    copy joins the region of its value's producers (consecutive fusion keeps it in the last).
+
+    The barrier takes every epilogue's value and destination, and the last values computed
+    from a written input; the copies read its outputs.  So the copies run after every such
+    reader, in regions of their own, which receive only barrier outputs and so recompute
+    nothing::
+
+        before (dataflow, nvFuser)               after
+        t72 = ltorch.mul(b, 0.5)                 t72 = ltorch.mul(b, 0.5)
+        t28 = ltorch.add(c, t72)                 t28 = ltorch.add(c, t72)
+        t64 = ltorch.batch_norm(t72, ...)        t64 = ltorch.batch_norm(t72, ...)
+        t73 = prims.copy_(t72, b)                (t80, t81, t82, t83) = update_aliases((t72, b, t28, t64))
+                                                 t73 = prims.copy_(t80, t81)
+
+    Without it, nvFuser fused the copy with ``t72``'s region, and the batch_norm's region
+    recomputed ``t72 = b * 0.5`` from ``b`` after ``b`` was written.
+    """
+    nv = next((ex for ex in executors or () if getattr(ex, "name", None) == "nvfuser"), None)
+    if nv is None or not epilogue_inputs:
+        return bsyms, 0
+    from thunder_ext.remat_guard import _fuses
+
+    root = _root_names(bsyms)
+    epilogues = [
+        i for i, b in enumerate(bsyms)
+        if is_copy(b) and isinstance(b.flat_proxy_args[1], TensorProxy)
+        and root.get(b.flat_proxy_args[1].name, b.flat_proxy_args[1].name) in epilogue_inputs
+    ]  # fmt: skip
+    if not epilogues:
+        return bsyms, 0
+    fusible = lambda b: _fuses(nv, b, when_unknown=True)  # noqa: E731 - doubt means more order, never less
+    readers = sorted({r for e in epilogues for r in derived_readers(bsyms, e, fusible, set(epilogues))})
+    first = epilogues[0]
+    if not readers or readers[-1] > first:
+        return bsyms, 0  # nothing to order, or a reader after the epilogue: leave it to the checker
+    consumed = {p.name for r in readers for p in bsyms[r].flat_proxy_args}
+    witnesses = [o for r in readers for o in tensor_outs(bsyms[r]) if o.name not in consumed]
+    members: list[TensorProxy] = []
+    for e in epilogues:
+        for p in bsyms[e].flat_proxy_args[:2]:
+            if all(p.name != m.name for m in members):
+                members.append(p)
+    b, outs = barrier(members, witnesses, bsyms[first])
+    renamed = {m.name: o for m, o in zip(members, outs)}
+    out = list(bsyms)
+    for e in epilogues:
+        c = bsyms[e]
+        out[e] = c.from_bsym(args=tuple(renamed.get(getattr(a, "name", None), a) for a in c.args))
+    out.insert(first, b)
+    return out, len(epilogues)

@@ -18,6 +18,7 @@
 #                    on the CPU's traces only, and the strict xfails of the open ones)
 #   kv.log           scripts/kv_cache.py --device cuda: the decode step's time and peak memory
 #   diag.txt         scripts/gpu/diagnose.sh on .gpu/programs.txt (plain against transform, traces)
+#   probe.log        .gpu/probe.py, a throwaway script of the moment (only when named)
 # STEPS picks the steps, in order (default: findings nvfuser cuda soak bench kv; diagnose is
 # only run when named).  Caps (seconds): CAP_<STEP>; JOBS: pytest-xdist workers.
 set -uo pipefail
@@ -56,6 +57,7 @@ for s in ${STEPS:-findings nvfuser cuda soak bench kv}; do
         --json "$out/soak.json" ;;
     bench) step bench "${CAP_BENCH:-120}" python3 scripts/bench_gpu.py --iters "${BENCH_ITERS:-100}" --warmup 10 --rounds 5 \
         --json "$out/bench.json" --traces "$out/bench-traces" ;;
+    probe) step probe "${CAP_PROBE:-40}" python3 .gpu/probe.py ;;
     kv) step kv "${CAP_KV:-90}" python3 scripts/kv_cache.py --device cuda --calls 50 --executors default torch_compile ;;
     diagnose) step diagnose "${CAP_DIAGNOSE:-150}" env CAP="$(( ${CAP_DIAGNOSE:-150} - 20 ))" bash scripts/gpu/diagnose.sh ;;
     *) echo "checks.sh: no step '$s'" >&2 ;;
