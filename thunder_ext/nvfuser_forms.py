@@ -1,7 +1,9 @@
-"""Three forms of the trace that nvFuser needs, and which the CPU executors never showed.
+"""Four forms of the trace that nvFuser needs, and which the CPU executors never showed.
 
 All were found on a GPU (``scripts/gpu/checks.sh``, nvFuser 0.2.36 with Thunder ``main``):
-the first two are silent wrong answers without their step, the third a crash.
+the first two are silent wrong answers without their step, the third a crash; the fourth,
+an epilogue ordered after what a region could recompute from its destination
+(:func:`epilogues_after_derived_reads`), is a silent wrong answer too, and its docstring shows it.
 
 **A clone of storage that is written later is a real copy** (:func:`copy_clones`, at the
 fusion stage).  Thunder hands ``prims.clone`` to nvFuser as ``set``, and nvFuser may return
@@ -52,6 +54,7 @@ Invariants: only top-level ``clone``s are rebound, and only of storage some bsym
 rebound clone keeps its input and output proxies, so no data edge changes.  A version is
 bumped only for tensors a region's ``copy_`` writes; bumping a version never changes a value.
 A view rebound to an operator executor keeps its proxies and is still a view (op_kinds).
+An epilogue is ordered only by a barrier whose outputs its copy reads; no other bsym changes.
 """
 
 from __future__ import annotations
