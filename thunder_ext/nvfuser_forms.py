@@ -313,6 +313,9 @@ def epilogues_after_derived_reads(
         for p in bsyms[e].flat_proxy_args[:2]:
             if all(p.name != m.name for m in members):
                 members.append(p)
+    made_later = {p.name for b in bsyms[first:] for p in b.flat_proxy_outs}
+    if any(p.name in made_later for p in members):
+        return bsyms, 0  # a later epilogue's value or name is made after the first one: leave it to the checker
     b, outs = barrier(members, witnesses, bsyms[first])
     renamed = {m.name: o for m, o in zip(members, outs)}
     out = list(bsyms)
