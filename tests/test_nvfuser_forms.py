@@ -210,3 +210,43 @@ def test_the_epilogue_is_left_alone_where_nothing_could_recompute_a_read_after_i
     # Without nvFuser, or for an input with no epilogue, nothing changes.
     assert epilogues_after_derived_reads(bsyms, frozenset({"b"}), [torchex], maker) == (bsyms, 0)
     assert epilogues_after_derived_reads(bsyms, frozenset({"c"}), [_FusingNvFuser(), torchex], maker) == (bsyms, 0)
+
+
+def _write_strided_view(a):
+    v = a[::2]  # not dense: nvFuser would write it as if it were
+    v.exp_()
+    w = a.view(-1)  # dense: its writes stay in the region
+    w.mul_(2)
+    return a
+
+
+def test_a_write_into_a_strided_view_copies_outside_nvfuser():
+    """nvfuser_forms.copy_strided_writes_outside_nvfuser: exp_ into a[::2] becomes exp, fusible,
+    and a copy_ on the torch executor; the write through the dense view(-1) is left alone."""
+    from thunder_ext.nvfuser_forms import copy_strided_writes_outside_nvfuser
+    from thunder_ext.op_kinds import is_copy
+
+    trace = _first_trace(_write_strided_view, torch.randn(4, 3))
+    bsyms = list(trace.bound_symbols)
+    out, n = copy_strided_writes_outside_nvfuser(trace, bsyms, NVFUSER_EXECUTORS)
+    assert n == 1
+    (exp_,) = [b for b in bsyms if b.sym.name == "exp_"]
+    at = next(i for i, b in enumerate(out) if b.sym.name == "exp")
+    value, copy = out[at], out[at + 1]
+    assert value.flat_proxy_args[0].name == exp_.flat_proxy_args[0].name
+    assert is_copy(copy) and copy.sym.executor is torchex and not copy.subsymbols
+    assert [p.name for p in copy.flat_proxy_args[:2]] == [value.output.name, exp_.flat_proxy_args[0].name]
+    assert copy.output.name == exp_.output.name  # later readers name the same proxy
+    assert [b.sym.name for b in out].count("mul_") == 1  # the dense view's write is untouched
+    # The trace still runs on the torch executor, and computes what eager does.
+    from thunder.core.trace import from_trace
+    from thunder.executors.passes import transform_for_execution
+
+    t = from_trace(trace)
+    t.bound_symbols = out
+    a = torch.randn(4, 3)
+    expected = _write_strided_view(a.clone())
+    got = a.clone()
+    transform_for_execution(t, executors_list=[torchex]).python_callable()(got)
+    torch.testing.assert_close(got, expected)
+    assert copy_strided_writes_outside_nvfuser(trace, bsyms, [torchex]) == (bsyms, 0)

@@ -92,7 +92,12 @@ from thunder_ext.remat_guard import (
     partitioning_fusers,
     unguarded_writes,
 )
-from thunder_ext.nvfuser_forms import copy_clones, epilogues_after_derived_reads, unfuse_squeezing_views
+from thunder_ext.nvfuser_forms import (
+    copy_clones,
+    copy_strided_writes_outside_nvfuser,
+    epilogues_after_derived_reads,
+    unfuse_squeezing_views,
+)
 from thunder_ext.saved_values import keep_old_values_for_backward
 from thunder_ext.stage_config import StageConfig
 
@@ -144,6 +149,8 @@ class BarrierReport:
     # Epilogue copy_s put after every fusible read of a value computed from a written input
     # (nvFuser, dataflow: its regions could recompute such a read after the copy).
     epilogues_ordered: int = 0
+    # Writes into views that may not be dense, their copy_ run by torch (nvFuser writes them as dense).
+    strided_writes_copied: int = 0
     # Witnesses left out because they carry gradients (before autodiff; see place_barriers).
     dropped_witnesses: int = 0
     stripped: int = 0
@@ -826,6 +833,7 @@ def _pipeline(
         trace, stripped, input_names(trace), config.executors, config.aliased_inputs, effects
     )
     stripped, views_unfused = unfuse_squeezing_views(trace, stripped, config.executors)
+    stripped, strided_writes = copy_strided_writes_outside_nvfuser(trace, stripped, config.executors)
     options = PlacementOptions(
         new_trace=new_trace,
         inputs=frozenset(input_names(trace)),
@@ -852,6 +860,7 @@ def _pipeline(
     report.stripped = nstripped
     report.saved_old_values = saved
     report.clones_copied, report.views_unfused = clones_copied, views_unfused
+    report.strided_writes_copied = strided_writes
     new_trace.bound_symbols = out
     report.seconds = time.perf_counter() - start
     new_trace.set_provenance(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from thunder.core import prims
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
+from thunder.extend import OperatorExecutor
 
 from thunder_ext.barrier_plan import Plan, WalkPolicy
 from thunder_ext.inductor_regions import InductorRegions
@@ -115,6 +116,8 @@ class WriteInputs(WalkPolicy):
 
     def extend(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str], plan: Plan) -> None:
         walk = self.walk
+        if isinstance(bsym.sym.executor, OperatorExecutor):
+            return  # bound outside every region (nvfuser_forms): no region input needed
         for w in effect.writes:
             v = walk.current(w)
             if v.name not in walk.inputs and v.name not in walk.made_by_barrier and v.name not in plan.rename:

@@ -70,7 +70,18 @@ from thunder.core.trace import TraceCtx
 from thunder.extend import Executor, OperatorExecutor
 
 from thunder_ext.alias_analysis import storage_groups
-from thunder_ext.op_kinds import PrimIDs, is_barrier, is_copy, is_fusion, is_return, tensor_args, tensor_outs
+from thunder_ext.op_kinds import (
+    PrimIDs,
+    effect_of,
+    is_barrier,
+    is_copy,
+    is_fusion,
+    is_return,
+    origin_ids,
+    tensor_args,
+    tensor_outs,
+    view_kind,
+)
 from thunder_ext.remat_guard import has_nvfuser
 
 _CLONES = (ltorch.clone.id, PrimIDs.CLONE)
@@ -136,6 +147,85 @@ def unfuse_squeezing_views(
         rebound += view is not None
         out.append(view or b)
     return out, rebound
+
+
+# Views that keep a dense tensor dense: a write into one is a write into a dense tensor.
+_DENSE_VIEWS = frozenset(
+    {
+        *(getattr(ltorch, n).id for n in ("reshape", "view", "unsqueeze", "squeeze", "flatten", "unflatten", "view_as", "reshape_as")),
+        PrimIDs.RESHAPE,
+        PrimIDs.SQUEEZE,
+    }
+)
+
+
+def _may_be_strided(name: str, made_by: dict[str, BoundSymbol]) -> bool:
+    """Whether the tensor ``name`` is a view the trace makes that may not be dense: a view chain
+    back to its base with any view other than a reshape, squeeze or unsqueeze (a slice, ``t[::2]``,
+    a transpose).  Trace inputs count as dense: their strides are the caller's (see the docstring)."""
+    seen = set()
+    while name in made_by and name not in seen:
+        seen.add(name)
+        b = made_by[name]
+        if view_kind(b) is None:
+            return False
+        if not origin_ids(b) <= _DENSE_VIEWS:
+            return True
+        args = tensor_args(b)
+        if not args:
+            return False
+        name = args[0].name
+    return False
+
+
+def _with_copies_unfused(trace: TraceCtx, bsym: BoundSymbol, dest: str, executors: Sequence[Executor]) -> list[BoundSymbol] | None:
+    """``bsym`` opened down to its ``copy_`` into ``dest``, that copy bound to an operator
+    executor; None when an operator executor does not take it."""
+    if bsym.sym.id == PrimIDs.COPY_:
+        copy = _unfused(trace, bsym, executors)
+        return None if copy is None else [copy]
+    if not bsym.subsymbols or not any(w.name == dest for w in effect_of(bsym).writes):
+        return [bsym]
+    out: list[BoundSymbol] = []
+    for s in bsym.subsymbols:
+        opened = _with_copies_unfused(trace, s, dest, executors)
+        if opened is None:
+            return None
+        out += opened
+    return out
+
+
+def copy_strided_writes_outside_nvfuser(
+    trace: TraceCtx, bsyms: list[BoundSymbol], executors: Sequence[Executor] | None
+) -> tuple[list[BoundSymbol], int]:
+    """``bsyms`` with every write into a view that may not be dense opened to its value and its
+    ``copy_``, the copy bound to an operator executor, and how many writes that is.  Only where
+    nvFuser is among ``executors``.
+
+    nvFuser 0.2.36 writes a region's aliased output into a strided input as if the input were
+    dense: ``v = base[::2]; v.exp_()`` wrote ``exp`` of ``base[0]`` and ``base[2]`` into
+    ``base[0]`` and ``base[1]`` (plain Thunder too).  The value stays fusible; torch's
+    ``copy_`` writes it through the view's strides::
+
+        before (nvFuser may run)                 after
+        t1 = ltorch.getitem(t0, slice(None, None, 2))   t1 = ltorch.getitem(t0, slice(None, None, 2))
+        t4 = ltorch.exp_(t1)                     t3 = ltorch.exp(t1)
+                                                 t4 = copy_(t3, t1)     # torch executor
+
+    A trace input that is itself strided at run time is not seen here: its writes stay in the
+    region, as in plain Thunder (docs/limits.md).
+    """
+    if not has_nvfuser(executors):
+        return bsyms, 0
+    made_by = {p.name: b for b in bsyms for p in b.flat_proxy_outs}
+    out: list[BoundSymbol] = []
+    opened_writes = 0
+    for b in bsyms:
+        strided = [w.name for w in effect_of(b).writes if _may_be_strided(w.name, made_by)]
+        opened = _with_copies_unfused(trace, b, strided[0], executors) if len(strided) == 1 else None
+        opened_writes += opened is not None
+        out += opened if opened is not None else [b]
+    return out, opened_writes
 
 
 def _bump_versions(*tensors: torch.Tensor) -> None:
