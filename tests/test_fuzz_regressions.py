@@ -1605,3 +1605,36 @@ def test_no_grad_view_write_with_nothing_differentiable_returned_is_answered_tor
     for config in TORCH_COMPILE:
         v = differential(lambda: (fn, (_x(True),), {}), config)
         assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail
+
+
+# -- CUDA soak seed 33000 (torch_compile_ex cells, reproduced on the CPU) ------------------------
+
+
+def no_grad_write_through_view_of_copied_plain_input(a, b):
+    b.copy_(a)  # b (no grad) takes a's value and, in eager, its history
+    t0 = b.unsqueeze(0)
+    with torch.no_grad():
+        t0.add_(0.5)
+    t1 = a[::2]
+    t2 = a.mean(0)
+    return (t1,)
+
+
+def test_no_grad_write_through_view_of_copied_plain_input_is_answered():
+    """Was a needless ViewGradientError (plain Thunder is right with torch_compile_ex; with the
+    default executors it is wrong or crashes): class 5 refused the return's read of `b`'s name
+    from before the no-grad write.  The return reads that name only in its flat_args, as `b`'s
+    final state, and it is no trace input, so no gradient is collected by it.
+
+    Under ThunderFX the grad cells stay refused, by the documented ThunderFX rule: Dynamo hands
+    `b` itself back to the code after the graph, without the history eager gives it."""
+    fn, make = no_grad_write_through_view_of_copied_plain_input, lambda g: (_x(g), _x(False))
+    jit = judge_function(fn, make, configs=(*CONFIGS, *TORCH_COMPILE)).cells
+    assert jit and all(c.verdict == "ok" and c.status == "correct" for c in jit), "\n".join(map(str, jit))
+    fx = judge_function(fn, make, configs=tuple(replace(c, entry="thunderfx") for c in (*CONFIGS, *TORCH_COMPILE))).cells
+    assert len(fx) == 8, fx
+    for c in fx:
+        if c.grad:
+            assert c.status == "refused" and "Under ThunderFX, Dynamo hands the input itself back" in c.detail, c
+        else:
+            assert c.status == "correct", c
