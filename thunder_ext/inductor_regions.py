@@ -485,8 +485,10 @@ def unfuse_epilogue(
                 _pin_all(out, pending, pin)  # it orders an epilogue copy
             continue
         effect = effect_of(b)
-        if effect.is_view and not effect.writes:
-            continue  # a view reads no data: one of an epilogue's output (``b.unsqueeze(0)`` returned) may follow it
+        if (effect.is_view or view_kind(b) == "maybe") and not effect.writes:
+            # A view of an epilogue's output (``b.unsqueeze(0)``, ``a.reshape(3, 4)`` returned) may
+            # follow it; a reshape that copies reads the copied value, after the copy either way.
+            continue
         if not effect.writes or not all(through.get(w.name, w.name) in epilogue_inputs for w in effect.writes):
             break
         copy = b if b.sym.id == prims.PrimIDs.COPY_ else (b.subsymbols[-1] if b.subsymbols else None)
