@@ -223,6 +223,8 @@ def copy_strided_writes_outside_nvfuser(
     for b in bsyms:
         strided = [w.name for w in effect_of(b).writes if _may_be_strided(w.name, made_by)]
         opened = _with_copies_unfused(trace, b, strided[0], executors) if len(strided) == 1 else None
+        if opened is not None and not any(o.sym.id != PrimIDs.COPY_ and is_copy(o) for o in opened):
+            opened = None  # no copy_ left the region (the write is another prim): keep the bsym whole
         opened_writes += opened is not None
         out += opened if opened is not None else [b]
     return out, opened_writes
