@@ -344,8 +344,9 @@ def measure_program(bench: Bench, ns: argparse.Namespace) -> list[dict]:
     live = [(row, call) for row, call in prepared if call is not None]
     samples: dict[int, list[float]] = {id(row): [] for row, _ in live}
     per_round = max(1, ns.iters // ns.rounds)
-    for r in range(ns.rounds):
-        for row, call in live[r % len(live):] + live[: r % len(live)] if live else []:
+    for r in range(ns.rounds if live else 0):
+        k = r % len(live)
+        for row, call in live[k:] + live[:k]:
             if "us" in row:
                 continue  # it crashed in an earlier round
             try:

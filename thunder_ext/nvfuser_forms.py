@@ -82,7 +82,7 @@ from thunder_ext.op_kinds import (
     tensor_outs,
     view_kind,
 )
-from thunder_ext.remat_guard import has_nvfuser
+from thunder_ext.remat_guard import _fuses, has_nvfuser
 
 _CLONES = (ltorch.clone.id, PrimIDs.CLONE)
 
@@ -383,7 +383,6 @@ def epilogues_after_derived_reads(
     nv = next((ex for ex in executors or () if getattr(ex, "name", None) == "nvfuser"), None)
     if nv is None or not epilogue_inputs:
         return bsyms, 0
-    from thunder_ext.remat_guard import _fuses
 
     root = _root_names(bsyms)
     epilogues = [
