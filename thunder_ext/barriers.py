@@ -151,6 +151,9 @@ class BarrierReport:
     epilogues_ordered: int = 0
     # Writes into views that may not be dense, their copy_ run by torch (nvFuser writes them as dense).
     strided_writes_copied: int = 0
+    # Whole-tensor overwrites of storage gradients flow through, made values that keep eager's
+    # zero gradient to the overwritten tensor (before autodiff; thunder_ext.functionalize).
+    zero_gradient_links: int = 0
     # Witnesses left out because they carry gradients (before autodiff; see place_barriers).
     dropped_witnesses: int = 0
     stripped: int = 0
@@ -857,6 +860,7 @@ def _pipeline(
     if freport is not None:
         report.functional_inputs, report.kept_inputs = freport.functional_inputs, freport.kept_inputs
         report.epilogue_writes = freport.epilogue_writes
+        report.zero_gradient_links = freport.zero_gradient_links
     report.stripped = nstripped
     report.saved_old_values = saved
     report.clones_copied, report.views_unfused = clones_copied, views_unfused

@@ -137,6 +137,9 @@ class FunctionalizeReport:
     epilogue_writes: dict[str, BoundSymbol] = field(default_factory=dict)
     # Written inputs left in place, with why (the barrier pass orders them: the fallback).
     kept_inputs: dict[str, str] = field(default_factory=dict)
+    # Whole-tensor overwrites of storage gradients flow through, whose value keeps eager's zero
+    # gradient to the overwritten tensor (:meth:`_Functionalizer.overwrites_gradient`).
+    zero_gradient_links: int = 0
 
 
 @dataclass(frozen=True)
@@ -595,13 +598,19 @@ class _Functionalizer:
             gs = self.info.group_of(w.src)
             if gs in self.groups:
                 value = self.value(gs, self.node[w.src.name], bsym)
-            if n == _BASE:
+            if n == _BASE and not self.overwrites_gradient(bsym, w, g):
                 # A whole-tensor copy's value is its source; a fresh tensor keeps the two names
                 # apart, or a function returning both returns one proxy twice, and Thunder's
                 # autodiff keeps only one of their cotangents (`t1.copy_(t0); return t0, t1`).
+                # (The ``where`` below is a fresh tensor too.)
                 source = value
                 bsyms, value = self.record(lambda: ltorch.clone(source))
                 self.emit(bsyms, bsym)
+        if n == _BASE and self.overwrites_gradient(bsym, w, g):
+            old, new = self.value(g, _BASE, bsym), value
+            bsyms, value = self.record(lambda: _with_zero_gradient_to(old, new))
+            self.emit(bsyms, bsym)
+            self.report.zero_gradient_links += 1
         if n == _BASE:
             self.cur[g] = {_BASE: value}
             if w.pre:
@@ -611,6 +620,21 @@ class _Functionalizer:
             new_base = self.scatter(g, base, n, value, bsym)
             self.cur[g] = {_BASE: new_base, n: value}
             self.report.new_values.append((bsym, new_base))
+
+    def overwrites_gradient(self, bsym: BoundSymbol, w: _Write, g: str) -> bool:
+        """A whole-tensor write with grad, into storage gradients flow through, of a value that does
+        not read that storage (``h.copy_(y)``, ``h.zero_()``).  Eager's result still carries the
+        overwritten tensor's history, which gets a zero gradient from it; a plain value would give
+        no gradient (``None``, or an output that does not require grad)."""
+        if not writes_with_grad(bsym) or w.dst.name not in self.differentiable:
+            return False
+        reads_old: set[str] = set()  # what the write's own computation derives from the storage
+        for s in w.pre:
+            if str(s.sym.id).endswith("_like"):
+                continue  # shaped like its argument, never computed from it
+            if any(a.name in reads_old or self.info.group_of(a) == g for a in tensor_args(s)):
+                reads_old.update(o.name for o in tensor_outs(s))
+        return w.src.name not in reads_old and self.info.group_of(w.src) != g
 
     def functional_call(self, bsym: BoundSymbol, w: _Write):
         """For an ``ltorch`` in-place op with a registered out-of-place form (``relu_`` -> ``relu``,
@@ -712,6 +736,14 @@ class _Functionalizer:
         if step <= 0 or start >= stop:
             return None
         return lambda: ltorch.index_copy(base, d, ltorch.arange(start, stop, step, device=base.device), value)
+
+
+def _with_zero_gradient_to(old: TensorProxy, new: TensorProxy) -> TensorProxy:
+    """``new``, selected over ``old`` everywhere: autodiff then gives ``old`` a zero gradient, as
+    eager's overwrite does (``where``'s backward), and the values are ``new``'s exactly (no
+    ``0 * old``, which is ``nan`` where ``old`` is not finite)."""
+    everywhere = ltorch.full((), True, dtype=dtypes.bool8, device=old.device)
+    return ltorch.where(everywhere, new, old)
 
 
 def _arguments_for(inplace: Symbol, out_of_place: Symbol, args: tuple, kwargs: dict) -> tuple[list, dict] | None:

@@ -82,7 +82,8 @@ def refuse_unsupported_gradients(
     stripped = stripped or stripped_storage(before)  # the class-9, overwrite and ThunderFX checks read it
     if graph_module:
         refuse_plain_input_history_under_thunderfx(before, diff, stripped)
-    refuse_gradless_overwrite(before, diff, stripped)
+    made_values = frozenset(o.name for b in report.functionalized for o in tensor_outs(b))
+    refuse_gradless_overwrite(before, diff, stripped, made_values=made_values)
     refuse_writes_through_views_older_than_their_gradient(diff, stripped)
     refuse_kept_writes_whose_backward_reads_the_old_value(after, diff, placed)
     independent = refuse_written_grad_inputs(before, stripped)
@@ -334,7 +335,11 @@ def refuse_writes_through_views_older_than_their_gradient(diff: set[str], stripp
 
 
 def refuse_gradless_overwrite(
-    trace: TraceCtx, diff: set[str], stripped: tuple[list[BoundSymbol], AliasInfo] | None = None
+    trace: TraceCtx,
+    diff: set[str],
+    stripped: tuple[list[BoundSymbol], AliasInfo] | None = None,
+    *,
+    made_values: frozenset[str] = frozenset(),
 ) -> None:
     """Refuse ``dst.copy_(src)`` where ``dst`` carries gradients, ``src`` does not, and the result is read.
 
@@ -343,7 +348,8 @@ def refuse_gradless_overwrite(
     ``AssertionError``.  Where nothing reads the overwritten storage afterwards, or the only
     reader is the return of a whole input (the caller's own tensor, whose new value carries no
     gradient in either), there is no gradient to lose, and plain Thunder matches eager: that is
-    let through.
+    let through.  So is a write the barrier pass made a value (``made_values``: its outputs): the
+    value keeps eager's zero gradient (:meth:`thunder_ext.functionalize._Functionalizer.overwrites_gradient`).
     """
     # Without barriers, every proxy has its traced name, which is what ``diff`` knows.
     bsyms, info = stripped or stripped_storage(trace)
@@ -351,6 +357,8 @@ def refuse_gradless_overwrite(
     for i, bsym in enumerate(bsyms):
         effect = info.effects[i]
         if not (is_copy(bsym) or bsym.sym.id == "torch.Tensor.copy_"):
+            continue
+        if any(o.name in made_values for o in tensor_outs(bsym)):
             continue
         dests = {w.name for w in effect.writes}
         srcs = [p for p in tensor_args(bsym) if p.name not in dests]

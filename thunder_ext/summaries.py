@@ -60,6 +60,8 @@ def _input_lines(report) -> list[str]:
     if getattr(report, "saved_old_values", None):
         names = ", ".join(f"`{n}`" for n in report.saved_old_values)
         lines.append(f"old value(s) of written inputs the backward reads, copied once: {names}")
+    if getattr(report, "zero_gradient_links", 0):
+        lines.append(f"{report.zero_gradient_links} overwrite(s) of a tensor with gradients made a value that keeps its zero gradient (a where)")
     if getattr(report, "clones_copied", 0):
         lines.append(f"{report.clones_copied} clone(s) of written storage run as copies outside nvFuser (it would alias them)")
     if getattr(report, "views_unfused", 0):
