@@ -77,3 +77,50 @@ def test_picture_draws_the_missing_order_from_read_to_write():
     ((a, b, data),) = [(a, b, d) for a, b, d in g.edges(data=True) if d["kind"] == "missing"]
     assert data["hazards"] == ["WAR"]
     assert g.nodes[a]["label"].endswith("= mul") and g.nodes[b]["label"].endswith("= copy_")
+
+
+# -- a read that rematerialization recomputes in a later region (soak seed 35000) -------------
+
+
+def recomputed_read_before_epilogue(a, b, rm, rv):
+    t0 = b + b
+    b.sub_(t0)
+    with torch.no_grad():
+        rv.mul_(0.9).add_(b.mean(0), alpha=0.1)
+    rm[1:] = 1.5  # unfused with torch_compile_ex: the region after it recomputes t0 from b
+    return (a, b, t0.reshape(3, 4))
+
+
+def test_a_recomputed_read_before_the_write_is_no_hazard_and_after_it_is_one():
+    """``torch_compile_ex``, consecutive fusion: the region after the setitem recomputes ``b + b``
+    from ``b``, before ``b``'s epilogue ``copy_`` but with no data edge to it. The final trace runs
+    in trace order, so that is no hazard (was a WAR flag); the same region moved after the
+    ``copy_`` reads the new ``b`` and is flagged (its name: the trace has no evidence of the order
+    the program had)."""
+    from thunder.core.trace import from_trace
+
+    from thunder_ext.op_kinds import is_copy, is_fusion
+    from thunder_ext.testing.compare import Config, compile_fn
+
+    def make():
+        torch.manual_seed(0)
+        return torch.randn(4, 3, requires_grad=True), torch.randn(4, 3), torch.randn(3) * 0.1, torch.rand(3) + 0.5
+
+    args = make()
+    jf = compile_fn(recomputed_read_before_epilogue, Config(fusion_type="consecutive", executors="torch_compile", check=False))
+    out = jf(*args)
+    expected = make()
+    ref = recomputed_read_before_epilogue(*expected)
+    for got, want in zip((*out, *args), (*ref, *expected)):
+        torch.testing.assert_close(got, want)
+    final = thunder.last_traces(jf)[-1]
+    assert verify(final) == []
+
+    top = [b for b in final.bound_symbols if b.sym.name != "del"]
+    regions = [k for k, b in enumerate(top) if is_fusion(b)]
+    copy_b = next(k for k, b in enumerate(top) if is_copy(b) and b.flat_proxy_args[1].name == "b")
+    assert len(regions) == 2 and regions[-1] < copy_b, "the program no longer shows the recomputed read"
+    moved = from_trace(final)
+    moved.bound_symbols = [*top[: regions[-1]], *top[regions[-1] + 1 : copy_b + 1], top[regions[-1]], *top[copy_b + 1 :]]
+    (v,) = verify(moved)
+    assert {v.first.sym.name, v.second.sym.name} == {"add", "copy_"} and v.group == "b", str(v)

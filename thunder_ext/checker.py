@@ -17,6 +17,11 @@
   until Thunder unwraps it in the final trace), it depends on the last write to every
   mutated input.
 
+A read that rematerialization recomputes in a later region (under the name an earlier bsym
+made) is not ordered by data edges before a write that follows it; in a trace with fusion
+regions, which runs in trace order, it is no hazard when it precedes the write and reads the
+version the write replaces (or an older one), the write naming the version it makes.
+
 It works on traces at any stage: fusion regions (``sym.is_fusion``) are replaced by their
 subsymbols, which keep their data edges (less the ones whose result nothing uses, which the
 fusion compiler drops), and ``del`` bsyms are ignored.  A region runs as a
@@ -158,6 +163,17 @@ class _Versions:
                     todo.append(p.name)
         return seen
 
+    def reads_what_the_write_replaces(self, j: int, i: int, group: str) -> bool:
+        """Read ``j`` touches the version write ``i`` overwrites, or an older one, and ``i`` names
+        the version it makes: every read that follows ``i`` in the program reads that new name."""
+        effect = self.info.effects[i]
+        written = {w.name for w in effect.writes if self.info.group_of(w) == group}
+        renamed = {a.name for _, a in effect.aliases}
+        if not written or not written <= renamed:
+            return False
+        read = self.touched(j, group)
+        return bool(read) and read <= written | self._ancestors(written)
+
     def in_program_order(self, kind: str, j: int, i: int, group: str) -> Violation:
         """The pair (j earlier in the trace, i later), reversed when i touched an older version than j."""
         earlier, later = self.touched(j, group), self.touched(i, group)
@@ -200,7 +216,14 @@ def verify(trace: TraceCtx, *, aliased_inputs: Iterable[Iterable[str]] = ()) -> 
     last_write: dict[str, int] = {}  # group -> bsym index
     epoch: dict[str, list[int]] = {}  # group -> accesses since last write (incl. it)
     region_in_anc: dict[int, int] = {}  # id(region) -> ancestry of everything it takes as input
+    made_in: dict[str, BoundSymbol | None] = {}  # name -> the region (None: top level) that first made it
+    recomputed: set[int] = set()  # bsyms a region recomputes (rematerialization) under names made before
     for i, (b, region) in enumerate(flat):
+        outs = [p.name for p in b.flat_proxy_outs]
+        if region is not None and outs and all(n in made_in and made_in[n] is not region for n in outs):
+            recomputed.add(i)
+        for n in outs:
+            made_in.setdefault(n, region)
         scope = local.setdefault(id(region), {}) if region is not None else {}
         a = 0
         if region is not None:
@@ -224,6 +247,10 @@ def verify(trace: TraceCtx, *, aliased_inputs: Iterable[Iterable[str]] = ()) -> 
                 for j in epoch.get(g, ()):
                     if not (a >> bits[j]) & 1:
                         kind = "WAW" if j == last_write.get(g) else "WAR"
+                        if kind == "WAR" and j in recomputed and versions.reads_what_the_write_replaces(j, i, g):
+                            # A read rematerialization moved into a later region, still before the
+                            # write in a trace that fusion has made final: it runs first.
+                            continue
                         violations.append(versions.in_program_order(kind, j, i, g))
             else:
                 j = last_write.get(g)
