@@ -647,7 +647,7 @@ class _Placer:
         # barrier is honest about the data flow, so only foreign witnesses are dropped.
         return witness.name in self.differentiable and self.info.group_of(witness) not in self.mutated
 
-    def emit(self, plan: Plan, before: BoundSymbol, *, pin: bool = False, cut: bool = True) -> None:
+    def emit(self, plan: Plan, before: BoundSymbol, *, pin: bool = False, cut: bool = True, symbol=None) -> None:
         witnesses = list(plan.witnesses)
         for policy in self.policies:
             witnesses = [policy.witness(w) for w in witnesses]
@@ -655,7 +655,8 @@ class _Placer:
         self.report.dropped_witnesses += len(witnesses) - len(kept)
         if not plan.rename and not kept:
             return
-        symbol = self.options.symbols.pin if pin else self.options.symbols.ordering
+        if symbol is None:
+            symbol = self.options.symbols.pin if pin else self.options.symbols.ordering
         barrier, outs = self.barrier(symbol, [v for v, _ in plan.rename.values()], kept, before, plan.reasons)
         b_anc = self.ancestry(barrier)
         backward = has_tags(before, {BoundSymbolTag.BACKWARD})

@@ -126,8 +126,19 @@ class InductorRegions(WalkPolicy):
                     plan.rename[v.name] = (v, bsym)
                     plan.witnesses.append(o)
                     plan.reasons.append(f"torch.compile: {describe(bsym)} writes a view of `{name}`, which requires grad")
-        if plan:
+        if not plan:
+            return
+        symbols = walk.options.symbols
+        if symbols.ordering is not symbols.pin:
             walk.emit(plan, bsym)
+            return
+        # Ordering barriers are not fused here (consecutive fusion of a joint trace, see
+        # remat_guard.barrier_symbols), but the rename must be, or the region returns the written
+        # view.  An unfused barrier right after it reads the renamed input, so the region still
+        # ends there, as it did at the unfused rename.
+        walk.emit(plan, bsym, symbol=prims.update_aliases)
+        renamed = [walk.current(v) for v, _ in plan.rename.values()]
+        walk.emit(Plan(rename={r.name: (r, None) for r in renamed}, reasons=["torch.compile: the region ends after the rename"]), bsym)
 
     def witness(self, w: TensorProxy) -> TensorProxy:
         # A witness a cut has routed is read through its new name, or the barrier would bring a

@@ -62,7 +62,6 @@ def refuse_unsupported_gradients(
     diff: set[str],
     *,
     nvfuser_may_run: bool = False,
-    inductor: bool = False,
     stripped: tuple[list[BoundSymbol], AliasInfo] | None = None,
     graph_module: bool = False,
 ) -> None:
@@ -72,11 +71,9 @@ def refuse_unsupported_gradients(
     written input back itself (:func:`refuse_plain_input_history_under_thunderfx`).
 
     ``stripped``: :func:`stripped_storage` of ``before``, where the caller has it already.
-    ``inductor``: ``torch_compile_ex`` is among the executors (AOT autograd refuses a region that
-    writes a view of a leaf that requires grad, so class 5 refuses those returns there too).
     """
     names = frozenset(input_names(before))
-    refuse_view_gradients(report, diff, frozenset() if inductor else names, trace_inputs=names)
+    refuse_view_gradients(report, diff, names)
     placed = stripped_storage(after)  # one analysis of the placed trace, for the two checks that read it
     refuse_returned_input_with_new_history(after, diff, placed)
     stripped = stripped or stripped_storage(before)  # the class-9, overwrite and ThunderFX checks read it
@@ -141,17 +138,16 @@ def stripped_storage(trace: TraceCtx) -> tuple[list[BoundSymbol], AliasInfo]:
     return bsyms, storage_groups(bsyms, input_names(trace))
 
 
-def refuse_view_gradients(
-    report: BarrierReport, diff: set[str], inputs: frozenset[str] = frozenset(), *, trace_inputs: frozenset[str] = frozenset()
-) -> None:
+def refuse_view_gradients(report: BarrierReport, diff: set[str], inputs: frozenset[str] = frozenset()) -> None:
     """Class 5: gradients would flow through a view of a tensor mutated in place.
 
     Not refused: the return of a whole input (``inputs``) after a write made under no-grad,
-    which has no history in eager: the caller gets its own tensor back, as from Thunder.  (Only
-    with the default executors: with ``torch_compile_ex`` the caller passes no ``inputs``.)  Nor
+    which has no history in eager: the caller gets its own tensor back, as from Thunder (with
+    ``torch_compile_ex`` too: the write's region returns the renamed input, not the written view,
+    :meth:`thunder_ext.inductor_regions.InductorRegions.rename_input_written_through_view`).  Nor
     the return after a no-grad write when nothing it returns carries a gradient, or when it
     reads the stale name only as an input's final state (``flat_args``) and that name is no
-    trace input (``trace_inputs``): Thunder collects gradients by the names of inputs only, and
+    trace input: Thunder collects gradients by the names of inputs only, and
     no output is that name (``b.copy_(a); with torch.no_grad(): b.unsqueeze(0).add_(0.5)``, a
     soak program plain Thunder answers with ``torch_compile_ex``)."""
     for ar in report.alias_reads:
@@ -168,7 +164,7 @@ def refuse_view_gradients(
             returned = returned_data(ar.read)
             if not any(n in diff for n in returned):
                 continue
-            if ar.proxy.name not in returned and ar.proxy.name not in trace_inputs:
+            if ar.proxy.name not in returned and ar.proxy.name not in inputs:
                 continue
         written_values = [o for o, a in effect.aliases if any(a is w for w in effect.writes)]
         involved = (ar.proxy, ar.written, *written_values)
