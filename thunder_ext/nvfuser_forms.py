@@ -67,6 +67,7 @@ from thunder.core import prims
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
+from thunder.core.utils import producers
 from thunder.extend import Executor, OperatorExecutor
 
 from thunder_ext.alias_analysis import storage_groups
@@ -304,8 +305,8 @@ def _root_names(bsyms: Sequence[BoundSymbol]) -> dict[str, str]:
     return {k: v.name for k, v in root.items()}
 
 
-def _ancestors(bsyms: Sequence[BoundSymbol], of: str) -> set[int]:
-    made_at = {p.name: i for i, b in enumerate(bsyms) for p in b.flat_proxy_outs}
+def _ancestors(bsyms: Sequence[BoundSymbol], made_at, of: TensorProxy) -> set[int]:
+    """Indices of the bsyms ``of`` is computed from (``made_at``: Thunder's ``producers``, by index)."""
     seen: set[int] = set()
     todo = [made_at[of]] if of in made_at else []
     while todo:
@@ -313,12 +314,12 @@ def _ancestors(bsyms: Sequence[BoundSymbol], of: str) -> set[int]:
         if i in seen:
             continue
         seen.add(i)
-        todo += [made_at[p.name] for p in bsyms[i].flat_proxy_args if p.name in made_at]
+        todo += [made_at[p] for p in bsyms[i].flat_proxy_args if p in made_at]
     return seen
 
 
 def derived_readers(
-    bsyms: Sequence[BoundSymbol], at: int, fusible: Callable[[BoundSymbol], bool], epilogues: set[int]
+    bsyms: Sequence[BoundSymbol], at: int, fusible: Callable[[BoundSymbol], bool], epilogues: set[int], made_at=None
 ) -> list[int]:
     """The fusible bsyms that read a value a fusion region may recompute from the storage the
     copy ``bsyms[at]`` writes, other than those its own value is made from.
@@ -329,14 +330,18 @@ def derived_readers(
     values are those computed from ``x`` (any of its names before the copy) by fusible bsyms,
     one after another: a bsym no region holds (a barrier, an op nvFuser does not take) hands
     its consumers a value no region recomputes.
+
+    ``made_at``: ``thunder.core.utils.producers(bsyms, _map_to_numbers=True)``, where the caller has it.
     """
+    if made_at is None:
+        made_at = producers(list(bsyms), _map_to_numbers=True)
     copy = bsyms[at]
     value, dest = copy.flat_proxy_args[0], copy.flat_proxy_args[1]
     root = _root_names(bsyms[:at])
     x = root.get(dest.name, dest.name)
     derived = {n for n in [x, *root] if root.get(n, n) == x}
     after_copy = {p.name for p in copy.flat_proxy_outs}
-    made_from_value = _ancestors(bsyms, value.name)
+    made_from_value = _ancestors(bsyms, made_at, value)
     readers = []
     for i, b in enumerate(bsyms):
         if i == at or is_return(b):
@@ -393,7 +398,8 @@ def epilogues_after_derived_reads(
     if not epilogues:
         return bsyms, 0
     fusible = lambda b: _fuses(nv, b, when_unknown=True)  # noqa: E731 - doubt means more order, never less
-    readers = sorted({r for e in epilogues for r in derived_readers(bsyms, e, fusible, set(epilogues))})
+    made_at = producers(bsyms, _map_to_numbers=True)
+    readers = sorted({r for e in epilogues for r in derived_readers(bsyms, e, fusible, set(epilogues), made_at)})
     first = epilogues[0]
     if not readers or readers[-1] > first:
         return bsyms, 0  # nothing to order, or a reader after the epilogue: leave it to the checker
