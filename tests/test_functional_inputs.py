@@ -44,6 +44,17 @@ def read_then_strided_scale(x, w):
     return y, x @ w
 
 
+def flat_strided_scale_then_matmul(x, w):
+    x.view(-1)[::2].mul_(2)  # the scatter goes through the view: an index of 6 entries, not 12
+    return x @ w
+
+
+def row_of_a_view_written(x, w):
+    x.view(2, 6)[1].add_(1.5)
+    x.unflatten(1, (2, 2))[:, :, 1] = 0.5  # a slice (key has slice(None) first) of an unflatten
+    return x @ w
+
+
 def metric_update_then_compute(pred, target, correct, total):
     loss = F.cross_entropy(pred, target)
     correct.add_((pred.argmax(1) == target).sum())
@@ -119,7 +130,8 @@ def _build(name):
             args = (_randn(g, 3, 4), _randn(g, 3, grad=True))
         elif name in _GRADIENT_VALUES:
             args = (_randn(g, 3, 4), _randn(g, 3, 4, grad=True))
-        elif name in ("strided_scale_then_matmul", "read_then_strided_scale"):
+        elif name in ("strided_scale_then_matmul", "read_then_strided_scale", "flat_strided_scale_then_matmul",
+                      "row_of_a_view_written"):
             args = (_randn(g, 3, 4), _randn(g, 4, 2, grad=True))
         else:
             args = (_randn(g, 3, 4), _randn(g, 4, grad=True))
@@ -135,6 +147,8 @@ PROGRAMS = {
         read_before_and_after,
         strided_scale_then_matmul,
         read_then_strided_scale,
+        flat_strided_scale_then_matmul,
+        row_of_a_view_written,
         metric_update_then_compute,
         several_writes_and_views,
         returns_written_input,
@@ -161,6 +175,17 @@ def test_functional_inputs_match_eager(name, config: Config):
         assert error_in_chain(verdict.outcome.error, ViewGradientError), verdict.detail
         return
     assert verdict.status == "correct", f"{verdict.status}: {verdict.detail}"
+
+
+def test_a_write_through_a_view_then_a_slice_scatters_with_an_index_of_the_slice():
+    """``x.view(-1)[::2]``: the scatter is made on ``x``'s values seen flat, its index the slice's
+    6 entries; it was an index over all 12 elements, replayed through the view (twice the bytes
+    of ``x`` in int64)."""
+    fn, args, _ = _build("flat_strided_scale_then_matmul")()
+    jf = thunder.jit(fn, fusion_type="dataflow", transforms=[InplaceBarrierTransform()])
+    jf(*args)
+    aranges = [b for b in thunder.last_traces(jf)[-1].bound_symbols if b.sym.name == "arange"]
+    assert [tuple(b.flat_proxy_outs[0].shape) for b in aranges] == [(6,)], aranges
 
 
 def test_read_then_strided_scale_was_refused_where_plain_is_right():

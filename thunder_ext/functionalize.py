@@ -115,6 +115,8 @@ def _ids(*names: str) -> frozenset:
 _NOT_REPLAYABLE = _ids("detach", "real", "imag", "view_as_real", "indices", "values", "as_strided", "adjoint") | {
     PrimIDs.BITCAST
 }
+# Views that keep every element of their input, in another shape.
+_RESHAPING_VIEWS = _ids("view", "view_as", "unflatten")
 # Views that repeat input elements: reading through them is fine, writing through them is not.
 _READ_ONLY = _ids("expand", "expand_as", "unfold") | {PrimIDs.BROADCAST_IN_DIM, PrimIDs.UNFOLD}
 
@@ -705,14 +707,19 @@ class _Functionalizer:
     def direct_scatter(self, base: TensorProxy, path: list, value: TensorProxy):
         """For ``base[k]`` with ``k`` a slice or an int on one dimension (the common case), a function
         emitting the scatter along that dimension, with an index of that dimension's length (not the
-        base's).  Else None."""
+        base's).  Also through a ``view`` of the whole base first (``x.view(-1)[::2]``): the scatter
+        is then made on the base's values in the view's shape.  Else None."""
+        shape = tuple(base.shape)
+        if len(path) == 2 and origin_ids(self.bsyms[path[0][0]]) & _RESHAPING_VIEWS:
+            shape = tuple(tensor_outs(self.bsyms[path[0][0]])[path[0][1]].shape)
+            path = path[1:]
         if len(path) != 1:
             return None
         view = self.bsyms[path[0][0]]
         if ltorch.getitem.id not in origin_ids(view) or len(view.args) < 2:
             return None
         key = view.args[1] if isinstance(view.args[1], tuple) else (view.args[1],)
-        if len(key) > len(base.shape) or not all(type(k) in (int, slice) for k in key):
+        if len(key) > len(shape) or not all(type(k) in (int, slice) for k in key):
             return None
         if any(isinstance(k, slice) and not all(type(x) in (int, type(None)) for x in (k.start, k.stop, k.step))
                for k in key):
@@ -721,21 +728,27 @@ class _Functionalizer:
         if len(picks) > 1:
             return None
         if not picks:
-            return lambda: value
+            return lambda: value if shape == tuple(base.shape) else ltorch.reshape(value, base.shape)
         d, k = picks[0]
-        size = base.shape[d]
+        size = shape[d]
         # index_copy along ``d`` with an index of that dimension's length only; (slice|select)_scatter
         # would be the obvious ops, but their backward breaks torch_compile_ex (Dynamo: "Unexpected
         # type in sourceless builder").
         if isinstance(k, int):
             index = k + size if k < 0 else k
-            return lambda: ltorch.index_copy(
-                base, d, ltorch.arange(index, index + 1, device=base.device), ltorch.unsqueeze(value, d)
-            )
-        start, stop, step = k.indices(size)
-        if step <= 0 or start >= stop:
-            return None
-        return lambda: ltorch.index_copy(base, d, ltorch.arange(start, stop, step, device=base.device), value)
+            span, written = (index, index + 1, 1), lambda: ltorch.unsqueeze(value, d)
+        else:
+            start, stop, step = k.indices(size)
+            if step <= 0 or start >= stop:
+                return None
+            span, written = (start, stop, step), lambda: value
+
+        def build():
+            seen = base if shape == tuple(base.shape) else ltorch.reshape(base, shape)
+            new = ltorch.index_copy(seen, d, ltorch.arange(*span, device=base.device), written())
+            return new if shape == tuple(base.shape) else ltorch.reshape(new, base.shape)
+
+        return build
 
 
 def _with_zero_gradient_to(old: TensorProxy, new: TensorProxy) -> TensorProxy:
