@@ -9,8 +9,9 @@ effect a caller can see, except through later reads inside the trace, so
   write's output and every later use of ``y`` or of its aliases read that value;
 * a write through a view of a private base (``y[1:].mul_(2)``) becomes a scatter of the new
   values into the base, out of place, with ``index_copy``: along one dimension for a slice or
-  an index on it; otherwise the view chain is replayed on ``arange(base.numel())`` to find
-  which base elements it covers, and the values go there in the flattened base;
+  an index on it (also after a ``view`` of the whole base, ``y.view(-1)[::2]``, on the base's
+  values in that shape); otherwise the view chain is replayed on ``arange(base.numel())`` to
+  find which base elements it covers, and the values go there in the flattened base;
 * a view of the base read after a write is re-derived from the new base (view replay): its
   view op is called again on the current value.
 
@@ -310,7 +311,9 @@ class _Functionalizer:
                     self.writes[i] = w
                     if w.out is not None:
                         self.node[w.out.name] = self.node[w.dst.name]
-                    if w.src.name in info.groups:  # a top-level proxy, not one made inside the composite
+                    if w.src.name in info.groups and self.node[w.dst.name] != _BASE:
+                        # A top-level proxy (not one made inside the composite) written through a
+                        # view: the view then reads it as it is (a whole-tensor copy clones it).
                         src_groups.setdefault(g, set()).add(info.group_of(w.src))
             elif effect.aliases:
                 form = _view_form(bsym, effect)
@@ -354,6 +357,10 @@ class _Functionalizer:
                 if g not in bad and any(s in mutated and (s in bad or s not in candidates) for s in srcs):
                     bad.add(g)
                     changed = True
+                    if g in self.input_of:
+                        self.report.kept_inputs[self.input_of[g].name] = (
+                            "a write through a view of it reads storage that keeps its writes"
+                        )
         self.report.kept_private_groups = len((candidates & bad) - self.input_of.keys())
         self.report.functional_inputs = sorted(x.name for g, x in self.input_of.items() if g not in bad)
         return candidates - bad

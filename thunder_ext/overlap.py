@@ -54,7 +54,7 @@ from thunder_ext.alias_analysis import AliasInfo
 if TYPE_CHECKING:
     from thunder_ext.index_order import SplitReport
 from thunder_ext.errors import OverlappingSourceError
-from thunder_ext.op_kinds import effect_of, is_copy, is_copy_composite, is_return, origin_ids, tensor_args
+from thunder_ext.op_kinds import effect_of, is_copy, is_copy_composite, is_return, origin_ids, returned_data, tensor_args
 
 # In-place ops whose kernel visits the destination in the order an index (or a mask) gives.
 ORDER_DEPENDENT = frozenset(
@@ -340,6 +340,22 @@ KEPT_IN_PLACE = {
 }
 
 
+def _never_read_again(o: Overlap, bsyms: list[BoundSymbol], info: AliasInfo) -> bool:
+    """The overlapping write goes to private storage that no later bsym (the return included)
+    reads under any name."""
+    g = info.group_of(o.dst)
+    if g in info.input_groups:
+        return False
+    at = next((i for i, b in enumerate(bsyms) if b is o.bsym), None)
+    if at is None:
+        return False
+    for b in bsyms[at + 1 :]:
+        names = returned_data(b) if is_return(b) else {p.name for p in b.flat_proxy_args}
+        if any(n in info.groups and info.group_of(n) == g for n in names):
+            return False
+    return True
+
+
 def refuse_overlapping_sources(
     trace: TraceCtx,
     *,
@@ -365,6 +381,8 @@ def refuse_overlapping_sources(
     for o in find_overlaps(bsyms, info, report):
         if KEPT_IN_PLACE.get((_copy_kind(o.bsym), info.group_of(o.dst) in observable, inductor), False):
             continue
+        if _never_read_again(o, bsyms, info):
+            continue  # a dead write: the barrier pass removes it, so no order of its reads matters
         why = (
             "shares elements with what it writes, at other positions"
             if o.certain

@@ -62,6 +62,7 @@ def refuse_unsupported_gradients(
     diff: set[str],
     *,
     nvfuser_may_run: bool = False,
+    inductor: bool = False,
     stripped: tuple[list[BoundSymbol], AliasInfo] | None = None,
     graph_module: bool = False,
 ) -> None:
@@ -71,12 +72,14 @@ def refuse_unsupported_gradients(
     written input back itself (:func:`refuse_plain_input_history_under_thunderfx`).
 
     ``stripped``: :func:`stripped_storage` of ``before``, where the caller has it already.
+    ``inductor``: ``torch_compile_ex`` is among the executors (see :func:`_written_through_views_twice`).
     """
     names = frozenset(input_names(before))
-    refuse_view_gradients(report, diff, names)
+    stripped = stripped or stripped_storage(before)  # the class-9, overwrite and ThunderFX checks read it
+    returned_whole = names - _written_through_views_twice(stripped) if inductor else names
+    refuse_view_gradients(report, diff, returned_whole, trace_inputs=names)
     placed = stripped_storage(after)  # one analysis of the placed trace, for the two checks that read it
     refuse_returned_input_with_new_history(after, diff, placed)
-    stripped = stripped or stripped_storage(before)  # the class-9, overwrite and ThunderFX checks read it
     if graph_module:
         refuse_plain_input_history_under_thunderfx(before, diff, stripped)
     made_values = frozenset(o.name for b in report.functionalized for o in tensor_outs(b))
@@ -138,16 +141,36 @@ def stripped_storage(trace: TraceCtx) -> tuple[list[BoundSymbol], AliasInfo]:
     return bsyms, storage_groups(bsyms, input_names(trace))
 
 
-def refuse_view_gradients(report: BarrierReport, diff: set[str], inputs: frozenset[str] = frozenset()) -> None:
+def _written_through_views_twice(stripped: tuple[list[BoundSymbol], AliasInfo]) -> frozenset[str]:
+    """Inputs written under no-grad through views more than once.  With ``torch_compile_ex`` a
+    region may then hand the written view to the next write's region, and AOT autograd refuses a
+    region returning a view of a grad-requiring input written in place ("A view was created in
+    no_grad mode ..."); a single such write keeps its view inside its region (its rename is fused,
+    :meth:`thunder_ext.inductor_regions.InductorRegions.rename_input_written_through_view`)."""
+    bsyms, info = stripped
+    writes: dict[str, int] = {}
+    for b, effect in zip(bsyms, info.effects):
+        if writes_with_grad(b):
+            continue
+        for w in effect.writes:
+            g = info.group_of(w)
+            if g in info.input_groups and w.name not in info.inputs:
+                writes[g] = writes.get(g, 0) + 1
+    return frozenset(n for n in info.inputs if writes.get(info.group_of(n), 0) > 1)
+
+
+def refuse_view_gradients(
+    report: BarrierReport, diff: set[str], inputs: frozenset[str] = frozenset(), *, trace_inputs: frozenset[str] = frozenset()
+) -> None:
     """Class 5: gradients would flow through a view of a tensor mutated in place.
 
     Not refused: the return of a whole input (``inputs``) after a write made under no-grad,
     which has no history in eager: the caller gets its own tensor back, as from Thunder (with
-    ``torch_compile_ex`` too: the write's region returns the renamed input, not the written view,
-    :meth:`thunder_ext.inductor_regions.InductorRegions.rename_input_written_through_view`).  Nor
+    ``torch_compile_ex`` too, but for inputs written so through views twice, which the caller
+    leaves out: :func:`_written_through_views_twice`).  Nor
     the return after a no-grad write when nothing it returns carries a gradient, or when it
     reads the stale name only as an input's final state (``flat_args``) and that name is no
-    trace input: Thunder collects gradients by the names of inputs only, and
+    trace input (``trace_inputs``): Thunder collects gradients by the names of inputs only, and
     no output is that name (``b.copy_(a); with torch.no_grad(): b.unsqueeze(0).add_(0.5)``, a
     soak program plain Thunder answers with ``torch_compile_ex``)."""
     for ar in report.alias_reads:
@@ -164,7 +187,7 @@ def refuse_view_gradients(report: BarrierReport, diff: set[str], inputs: frozens
             returned = returned_data(ar.read)
             if not any(n in diff for n in returned):
                 continue
-            if ar.proxy.name not in returned and ar.proxy.name not in inputs:
+            if ar.proxy.name not in returned and ar.proxy.name not in trace_inputs:
                 continue
         written_values = [o for o, a in effect.aliases if any(a is w for w in effect.writes)]
         involved = (ar.proxy, ar.written, *written_values)

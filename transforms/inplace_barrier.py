@@ -80,7 +80,7 @@ class InplaceBarrierTransform(thunder.Transform):
             if config.differentiable:
                 refuse_unsupported_gradients(
                     computation_trace, new, report, set(config.differentiable),
-                    nvfuser_may_run=config.nvfuser,
+                    nvfuser_may_run=config.nvfuser, inductor=config.inductor,
                     stripped=stripped, graph_module=config.graph_module,
                 )  # fmt: skip
         except InplaceOrderingError as e:
