@@ -63,7 +63,7 @@ from dataclasses import dataclass, field, replace
 
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy, variableify
-from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
+from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol, has_tags
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.extend import Executor
 
@@ -647,7 +647,10 @@ class _Placer:
         # barrier is honest about the data flow, so only foreign witnesses are dropped.
         return witness.name in self.differentiable and self.info.group_of(witness) not in self.mutated
 
-    def emit(self, plan: Plan, before: BoundSymbol, *, pin: bool = False, cut: bool = True, symbol=None) -> None:
+    def emit(
+        self, plan: Plan, before: BoundSymbol, *, pin: bool = False, cut: bool = True, symbol: Symbol | None = None
+    ) -> None:
+        """Place ``plan``'s barrier, bound to ``symbol`` (default: the pin or the ordering symbol)."""
         witnesses = list(plan.witnesses)
         for policy in self.policies:
             witnesses = [policy.witness(w) for w in witnesses]

@@ -582,6 +582,7 @@ class _Functionalizer:
         n = self.node[w.dst.name]
         self.last_write_of[g] = bsym
         self.report.rewritten.append(bsym)
+        zero_gradient = n == _BASE and self.overwrites_gradient(bsym, w, g)
         # The new value: the write's own computation, out of place, on current values.
         value = None
         functional = self.functional_call(bsym, w)
@@ -607,7 +608,7 @@ class _Functionalizer:
             gs = self.info.group_of(w.src)
             if gs in self.groups:
                 value = self.value(gs, self.node[w.src.name], bsym)
-            if n == _BASE and not self.overwrites_gradient(bsym, w, g):
+            if n == _BASE and not zero_gradient:
                 # A whole-tensor copy's value is its source; a fresh tensor keeps the two names
                 # apart, or a function returning both returns one proxy twice, and Thunder's
                 # autodiff keeps only one of their cotangents (`t1.copy_(t0); return t0, t1`).
@@ -615,7 +616,7 @@ class _Functionalizer:
                 source = value
                 bsyms, value = self.record(lambda: ltorch.clone(source))
                 self.emit(bsyms, bsym)
-        if n == _BASE and self.overwrites_gradient(bsym, w, g):
+        if zero_gradient:
             old, new = self.value(g, _BASE, bsym), value
             bsyms, value = self.record(lambda: _with_zero_gradient_to(old, new))
             self.emit(bsyms, bsym)
