@@ -95,6 +95,7 @@ from thunder_ext.overlap import find_overlaps, is_plain_copy
 from thunder_ext.op_kinds import (
     effect_of,
     is_copy,
+    is_like_factory,
     is_return,
     origin_ids,
     returned_data,
@@ -640,8 +641,8 @@ class _Functionalizer:
             return False
         reads_old: set[str] = set()  # what the write's own computation derives from the storage
         for s in w.pre:
-            if str(s.sym.id).endswith("_like"):
-                continue  # shaped like its argument, never computed from it
+            if is_like_factory(s):
+                continue
             if any(a.name in reads_old or self.info.group_of(a) == g for a in tensor_args(s)):
                 reads_old.update(o.name for o in tensor_outs(s))
         return w.src.name not in reads_old and self.info.group_of(w.src) != g

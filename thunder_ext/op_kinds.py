@@ -244,6 +244,12 @@ def _composite_effect(bsym: BoundSymbol) -> Effect:
     return Effect(writes=writes, aliases=aliases)
 
 
+def is_like_factory(bsym: BoundSymbol) -> bool:
+    """A factory shaped like its argument (``zeros_like``, ``full_like``): it reads the argument's
+    metadata only, so its output is never computed from the argument's values."""
+    return str(bsym.sym.id).endswith("_like")
+
+
 def copies_without_grad(bsym: BoundSymbol) -> bool:
     """Whether ``bsym`` holds a ``copy_`` traced with grad disabled (``torch.no_grad()``, a function
     decorated with it, ``torch.set_grad_enabled(False)``): Thunder records the mode on the copy."""

@@ -382,7 +382,7 @@ def refuse_overlapping_sources(
         if KEPT_IN_PLACE.get((_copy_kind(o.bsym), info.group_of(o.dst) in observable, inductor), False):
             continue
         if _never_read_again(o, bsyms, info):
-            continue  # a dead write: the barrier pass removes it, so no order of its reads matters
+            continue  # a dead write: nothing sees its result, so the order of its reads does not matter
         why = (
             "shares elements with what it writes, at other positions"
             if o.certain

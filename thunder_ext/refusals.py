@@ -46,6 +46,7 @@ from thunder_ext.op_kinds import (
     effect_of,
     is_barrier,
     is_copy,
+    is_like_factory,
     is_return,
     returned_data,
     tensor_args,
@@ -220,7 +221,7 @@ def differentiable_names(trace: TraceCtx) -> set[str]:
         # grad_enabled=False: by the time transforms run, Thunder has dropped the
         # set_grad_enabled markers).  The tensor it writes keeps its own history, as in eager
         # (the barrier pass's straight-through barrier), so its output stays differentiable.
-        if str(bsym.sym.id).endswith("_like"):
+        if is_like_factory(bsym):
             continue
         if is_barrier(bsym):
             # update_aliases passes each member through: its output k is input k's new version.
