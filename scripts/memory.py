@@ -23,10 +23,11 @@ exists once: ``update_aliases`` (the torch executor runs it as ``lambda x: x``),
 presented to the estimate as the torch executor's ``shallow_copy`` of that argument, an
 identity at run time too, which the estimate already treats as sharing the argument's
 memory and reference count (``thunder_ext.reinplace.runtime_aliases`` says which outputs).
-The same holds for two torch-executor views the estimate's alias list lacks, although it
+The same holds for three torch-executor views the estimate's alias list lacks, although it
 lists ``reshape``, ``expand`` and ``unsqueeze``: ``torch_slice_prim_impl`` (it runs
-``a[slices]``, basic slicing) and ``Tensor.__getitem__`` with a key of ints, slices, ``None``
-and ``...`` only (a tensor index copies, and is still counted).  These corrections are applied
+``a[slices]``, basic slicing), ``Tensor.view`` (a view, or it raises) and
+``Tensor.__getitem__`` with a key of ints, slices, ``None`` and ``...`` only (a tensor index
+copies, and is still counted).  These corrections are applied
 to plain Thunder's traces and the transform's alike (plain Thunder's have ``copy_``s, barriers
 and slices too); every real allocation is still counted.
 
@@ -89,7 +90,7 @@ def basic_view(bsym) -> list:
     base, outs = bsym.args[0], bsym.flat_proxy_outs
     if not isinstance(base, TensorProxy) or len(outs) != 1:
         return []
-    if bsym.sym.name == "torch_slice_prim_impl" or (
+    if bsym.sym.name in ("torch_slice_prim_impl", "view") or (
         bsym.sym.name == "__getitem__" and len(bsym.args) == 2 and _basic_key(bsym.args[1])
     ):
         return [(outs[0], base)]

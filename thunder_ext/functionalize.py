@@ -719,8 +719,11 @@ class _Functionalizer:
         base's).  Also through a ``view`` of the whole base first (``x.view(-1)[::2]``): the scatter
         is then made on the base's values in the view's shape.  Else None."""
         shape = tuple(base.shape)
+        viewed = False  # the user viewed ``base`` itself: eager checked that ``view`` exists
         if len(path) == 2 and origin_ids(self.bsyms[path[0][0]]) & _RESHAPING_VIEWS:
-            shape = tuple(tensor_outs(self.bsyms[path[0][0]])[path[0][1]].shape)
+            user_view = self.bsyms[path[0][0]]
+            shape = tuple(tensor_outs(user_view)[path[0][1]].shape)
+            viewed = bool(user_view.args) and getattr(user_view.args[0], "name", None) == base.name
             path = path[1:]
         if len(path) != 1:
             return None
@@ -753,7 +756,11 @@ class _Functionalizer:
             span, written = (start, stop, step), lambda: value
 
         def build():
-            seen = base if shape == tuple(base.shape) else ltorch.reshape(base, shape)
+            # ``view`` where the user's own view of this very tensor succeeded in eager: it raises
+            # nowhere eager does not, and tells reinplace_inputs that the scatter's base is the
+            # input's storage at run time (a ``reshape`` may copy).
+            reshaped = ltorch.view if viewed else ltorch.reshape
+            seen = base if shape == tuple(base.shape) else reshaped(base, shape)
             new = ltorch.index_copy(seen, d, ltorch.arange(*span, device=base.device), written())
             return new if shape == tuple(base.shape) else ltorch.reshape(new, base.shape)
 

@@ -104,6 +104,15 @@ def returned_data(ret: BoundSymbol) -> set[str]:
     return out
 
 
+def returned_to_caller(ret: BoundSymbol) -> set[str]:
+    """Names a return hands to the caller as data: :func:`returned_data` less what a forward
+    trace saves for its backward (the second element of ``(outputs, saved_for_backward)``)."""
+    args = ret.args
+    if len(args) == 2 and isinstance(args[0], dict) and "output" in args[0]:
+        return returned_data(ret.from_bsym(args=(args[0],)))
+    return returned_data(ret)
+
+
 def whole_tensor_versions(bsyms, names, effects=None) -> set[str]:
     """``names`` and every name an in-place op on one of them returns for it: the same tensor
     after the write, not a view of it.  ``effects``: the bsyms' effects, where known already."""

@@ -82,7 +82,7 @@ from thunder.core.utils import consumers, producers
 from thunder.executors.torchex import ex as torchex
 
 from thunder_ext.alias_analysis import input_names, storage_groups
-from thunder_ext.op_kinds import returned_data
+from thunder_ext.op_kinds import returned_data, returned_to_caller
 
 # torch.nn.functional ops whose ``inplace=True`` form writes into their first argument.
 _INPLACE_FLAG: dict[str, Callable] = {
@@ -100,6 +100,8 @@ _OUT_ARG = frozenset(
 # Of those, the ones that are not elementwise: ``out`` may only be their ``self`` (first) argument,
 # which ``index_copy``'s out kernel then updates in place, as ``index_copy_`` does.
 _OUT_SELF_ONLY = frozenset({"index_copy"})
+# Torch executor ops that give a tensor another shape: a view where the strides allow.
+_RESHAPES = frozenset({"reshape", "view", "torch_prims_reshape_impl"})
 # Torch executor ops whose output is always a new allocation and never an alias of an input
 # (in their out-of-place form): possible producers of a buffer, and harmless earlier readers.
 _FRESH = (
@@ -598,6 +600,32 @@ def _written_after(t0: TensorProxy, j: int, bsyms: list[BoundSymbol]) -> bool:
     return False
 
 
+def _reshaped_back(p: BoundSymbol, x: TensorProxy, prods) -> tuple | None:
+    """For an epilogue source made by ``p = reshape(w, x.shape)``, where ``w`` is a slice write
+    (:func:`_as_slice_write`) on ``a``, a reshape of ``x`` itself to another shape: (``p``, the
+    write, ``a``); else None.
+
+    Invariant: the transform makes this chain only in ``functionalize.direct_scatter``, for a
+    write through the user's own ``view`` (``view_as``, ``unflatten``) of ``x`` before any other
+    write to it (a user's ``reshape`` that may copy keeps its writes in place; a user's own
+    chain into ``x.copy_`` ends in a ``clone``).  Under grad Thunder's autodiff has decomposed
+    that ``view`` into a reshape, so the name does not tell; the invariant does."""
+    if _torchex_name(p) not in _RESHAPES or not p.args or len(p.flat_proxy_outs) != 1:
+        return None
+    if tuple(p.flat_proxy_outs[0].shape) != tuple(x.shape) or not isinstance(p.args[0], TensorProxy):
+        return None
+    write = prods.get(p.args[0], None)
+    if write is None or _torchex_name(write) not in ("index_copy", "copy_with_setitem_impl") or not write.args:
+        return None
+    a = write.args[0]
+    made = prods.get(a, None) if isinstance(a, TensorProxy) else None
+    if made is None or _torchex_name(made) not in _RESHAPES or not made.args:
+        return None
+    if not isinstance(made.args[0], TensorProxy) or made.args[0].name != x.name or a.numel != x.numel:
+        return None
+    return p, write, a
+
+
 def _epilogue_chain(c: BoundSymbol, prods) -> tuple[BoundSymbol, TensorProxy, set[str]] | None:
     """For an epilogue ``c = copy_(t, x)``: the op that first computed ``t``'s buffer, following
     back ops already writing in place (their output is their ``out=`` buffer), that buffer, and
@@ -624,11 +652,15 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
     An input ``x`` whose writes became values (:mod:`thunder_ext.functionalize`) gets its final
     value back in one epilogue ``copy_``: ``t = index_copy(x, ...); ...; c = copy_(t, x)``.
     When nothing reads ``x``'s storage after the op ``P`` that first computed ``t``'s buffer
-    from it (only the epilogue does), ``P`` can write ``x`` itself (``out=x``, ``inplace=True``,
-    or for the torch executor's out-of-place setitem with a basic key, ``x[key].copy_(value)``);
-    every later version of ``t`` is then ``x`` at run time, and the epilogue is a copy of ``x``
-    onto itself, which goes.  That is the slice write a KV-cache update was in eager, with no
-    copy of the cache.  Conditions, besides :func:`reinplace`'s for the op itself:
+    from it (only the epilogue does), ``P`` can write ``x`` itself (``out=x``, ``inplace=True``;
+    for the torch executor's out-of-place setitem with a basic key, or an ``index_copy`` with a
+    fresh ``arange`` index, ``x[key].copy_(value)``; for ``clone(s)``, the value of a whole
+    ``x.copy_(s)``, ``x.copy_(s)``); every later version of ``t`` is then ``x`` at run time, and
+    the epilogue is a copy of ``x`` onto itself, which goes.  That is the slice write a KV-cache
+    update was in eager, with no copy of the cache.  A scatter through the user's ``view`` of
+    ``x`` (``x.view(-1)[::2].mul_(2)``: ``reshape(index_copy(reshape(x, s), ...), x.shape)``)
+    goes back as ``x.view(s)[key].copy_(value)`` (:func:`_reshaped_back`).  Conditions, besides
+    :func:`reinplace`'s for the op itself:
 
     * the trace is final and has no top-level barrier left (``remove_final_barriers`` ran), so
       program order is final; ``x`` is a trace input that does not require grad, shares no
@@ -636,8 +668,10 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
     * every reader of ``x`` or a view of it, except ``P`` and the epilogue, comes before
       ``P`` (so ``x`` is not returned nor saved for backward under its own name), and ``P``
       reads no view of ``x`` (a partial overlap);
-    * the return does not hand back the new value itself (it does so only when the value carries
-      a gradient that the caller's tensor cannot, ``_Functionalizer.return_values`` in :mod:`thunder_ext.functionalize`).
+    * the return does not hand back the new value itself to the caller (it does so only when
+      the value carries a gradient that the caller's tensor cannot,
+      ``_Functionalizer.return_values`` in :mod:`thunder_ext.functionalize`).  Saved for the
+      backward, it may be ``x``: eager saves ``x`` there too, and so does plain Thunder.
 
     Before (a KV-cache step on the input ``cache``)::
 
@@ -657,6 +691,7 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
     from thunder.core.proxies import variableify
     from thunder.executors.torchex import copy_ as torch_copy_
     from thunder.executors.torchex import getitem as torch_getitem
+    from thunder.executors.torchex import view as torch_view
 
     from thunder_ext.final_barriers import is_del_or_clear, recompute_dels
     from thunder_ext.op_kinds import is_barrier, is_copy, is_return
@@ -674,6 +709,7 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
     replace: dict[int, list[BoundSymbol]] = {}
     drop: set[int] = set()
     swap: dict = {}
+    removed = 0  # epilogue copies gone (``drop`` also holds the aranges no longer read)
     for j, c in enumerate(bsyms):
         if _torchex_name(c) != "copy_" or not is_copy(c) or len(c.args) < 2:
             continue
@@ -684,13 +720,23 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
         if found is None:
             continue
         p, t0, versions = found
+        whole_view = None  # the scatter's base: a view of x in another shape (functionalize.direct_scatter)
+        seen_through = _reshaped_back(p, x, prods)
+        if seen_through is not None:
+            _, p, whole_view = seen_through
+            if _written_after(t0, j, bsyms):
+                continue
+            t0 = p.flat_proxy_outs[0]
+            versions = versions | {t0.name}
         ret = bsyms[-1] if bsyms and is_return(bsyms[-1]) else None
-        if ret is not None and versions & returned_data(ret):
+        if ret is not None and versions & returned_to_caller(ret):
             # The value itself is returned (functionalize.return_values: it carries the write's
             # history, the caller's tensor cannot): in place, the output would be the input.
             continue
         i = position[id(p)]
-        if id(p) in replace or not _same_layout_class(x, t0) or len(p.flat_proxy_outs) != 1:
+        if id(p) in replace or len(p.flat_proxy_outs) != 1:
+            continue
+        if not _same_layout_class(whole_view if whole_view is not None else x, t0):
             continue
         group = members.get(info.group_of(x), [x.name]) if x.name in info.groups else [x.name]
         late = False
@@ -701,25 +747,53 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
                 readers = []
             for r in readers:
                 k = position[id(r)]
-                if r is c or k < i or (r is p and m == x.name) or (is_return(r) and m not in returned_data(r)):
+                if r is c or k < i or (is_return(r) and m not in returned_data(r)):
+                    continue
+                if r is p and m == (x.name if whole_view is None else whole_view.name):
                     continue
                 late = True
+        if whole_view is not None:
+            # x's old value seen in another shape: read by p, or before it (whether or not the
+            # alias analysis counts the reshape as a member of x's group).
+            late = late or any(position[id(r)] > i for r in cons.get(whole_view, []) if r.sym.id != prims.PrimIDs.DEL)
         if late or _written_after(t0, j, bsyms):
             continue
         name = _torchex_name(p)
-        slice_write = _as_slice_write(p, x, prods, cons)
+        slice_write = _as_slice_write(p, x if whole_view is None else whole_view, prods, cons)
+        if whole_view is not None and slice_write is None:
+            continue
         if slice_write is not None:
             key, value, arange = slice_write
+            where = {"source_filename": p.source_filename, "source_positions": p.source_positions}
+            target, through = x, []
+            if whole_view is not None:
+                # Through ``Tensor.view``, not the trace's reshape: it raises where x cannot be
+                # viewed so, as the user's ``view`` did in eager, where a reshape would copy and
+                # the write would be lost.
+                with tracectx(trace):
+                    target = TensorProxy(like=whole_view)
+                through = [torch_view.bind(x, tuple(whole_view.shape), output=target).from_bsym(**where)]
+                if [r for r in cons.get(whole_view, []) if r.sym.id != prims.PrimIDs.DEL] == [p]:
+                    drop.add(id(prods[whole_view]))  # the trace's reshape of x, read by p alone
             with tracectx(trace):
                 view, copied = TensorProxy(like=value), TensorProxy(like=value)
-            where = {"source_filename": p.source_filename, "source_positions": p.source_positions}
-            replace[id(p)] = [
-                torch_getitem.bind(x, key, output=view).from_bsym(**where),
+            replace[id(p)] = through + [
+                torch_getitem.bind(target, key, output=view).from_bsym(**where),
                 torch_copy_.bind(value, view, grad_enabled=False, output=copied).from_bsym(**where),
             ]
             if arange is not None:
                 drop.add(id(arange))
-            swap[variableify(t0)] = x
+            swap[variableify(t0)] = target
+        elif name == "clone":
+            # The functional value of a whole write (``x.copy_(s)``) is ``clone(s)``: the copy
+            # into x itself is the same value, and x is the buffer from here on.
+            source = p.args[0] if p.args else None
+            if not isinstance(source, TensorProxy) or not _same_layout_class(source, t0):
+                continue
+            if set(p.kwargs) - {"memory_format"} or len(p.args) != 1:
+                continue
+            where = {"source_filename": p.source_filename, "source_positions": p.source_positions}
+            replace[id(p)] = [torch_copy_.bind(source, x, grad_enabled=False, output=t0).from_bsym(**where)]
         else:
             if (name not in _OUT_ARG and name not in _INPLACE_FLAG) or is_inplace_form(p):
                 continue
@@ -732,7 +806,9 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
                 continue
             replace[id(p)] = [new]
         drop.add(id(c))
-        swap[variableify(c.flat_proxy_outs[0])] = c.args[0]
+        removed += 1
+        # The epilogue returned x itself; through a reshape its source is only a view of x.
+        swap[variableify(c.flat_proxy_outs[0])] = c.args[0] if whole_view is None else x
     if not drop:
         return trace, 0
     out: list[BoundSymbol] = []
@@ -745,5 +821,5 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
             mine = {k: swap.get(variableify(v), v) for k, v in mine.items()}
             out.append(nb.from_bsym_swap_proxies(mine, skip_output=True) if mine else nb)
     new_trace = recompute_dels(trace, out)
-    new_trace.set_provenance(TraceProvenance(f"thunder_ext reinplace inputs ({len(drop)} epilogue copies removed)"))
-    return new_trace, len(drop)
+    new_trace.set_provenance(TraceProvenance(f"thunder_ext reinplace inputs ({removed} epilogue copies removed)"))
+    return new_trace, removed
