@@ -27,7 +27,7 @@ from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 
-from thunder_ext.op_kinds import Effect, PrimIDs, effect_of, tensor_args
+from thunder_ext.op_kinds import Effect, PrimIDs, effect_of, tensor_args, view_kind
 
 
 def input_names(trace: TraceCtx) -> set[str]:
@@ -143,3 +143,31 @@ def accessed_groups(info: AliasInfo, bsym: BoundSymbol, effect: Effect) -> set[s
     if effect.is_view or effect.is_barrier:
         return set()
     return {info.group_of(p) for p in tensor_args(bsym)}
+
+
+def view_chain(
+    name: str, bsyms: Sequence[BoundSymbol], effects: Sequence[Effect], made_at: dict[str, int], inputs: Iterable[str]
+) -> list[BoundSymbol]:
+    """The views that make ``name`` from a trace input, input first: single-output bsyms that
+    always alias their one tensor argument (``view_kind`` 'view'), passing through in-place ops,
+    whose output is the tensor they wrote.  [] where ``name`` is an input, or is made otherwise
+    (a reshape that may copy, a computed value).  ``made_at``: name -> index of its producer."""
+    inputs = set(inputs)
+    chain: list[BoundSymbol] = []
+    while name not in inputs:
+        k = made_at.get(name)
+        if k is None or len(chain) > 64:
+            return []
+        b, e = bsyms[k], effects[k]
+        written = [a for o, a in e.aliases if o.name == name and any(a is w for w in e.writes)]
+        if written:
+            name = written[0].name  # an in-place op's output is the tensor it wrote
+            continue
+        args, outs = tensor_args(b), b.flat_proxy_outs
+        if not e.is_view or e.writes or view_kind(b) != "view" or len(outs) != 1 or len(args) != 1:
+            return []
+        if not b.args or b.args[0] is not args[0]:
+            return []
+        chain.append(b)
+        name = args[0].name
+    return chain[::-1]

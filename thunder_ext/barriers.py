@@ -154,6 +154,9 @@ class BarrierReport:
     # Whole-tensor overwrites of storage gradients flow through, made values that keep eager's
     # zero gradient to the overwritten tensor (before autodiff; thunder_ext.functionalize).
     zero_gradient_links: int = 0
+    # Views of grad-requiring inputs made again from the input's new name rather than handed
+    # from one torch_compile_ex region to the next (fusion stage; thunder_ext.inductor_regions).
+    views_made_again: int = 0
     # Witnesses left out because they carry gradients (before autodiff; see place_barriers).
     dropped_witnesses: int = 0
     stripped: int = 0

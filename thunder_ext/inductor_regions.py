@@ -32,10 +32,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from thunder.core import prims
-from thunder.core.proxies import TensorProxy
+from thunder.core.proxies import TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
-from thunder.core.trace import TraceCtx
+from thunder.core.trace import TraceCtx, tracectx
 
+from thunder_ext.alias_analysis import view_chain
 from thunder_ext.barrier_plan import Plan, WalkPolicy
 from thunder_ext.functionalize import _claim
 from thunder_ext.op_kinds import (
@@ -89,13 +90,19 @@ class InductorRegions(WalkPolicy):
         self._all_members: dict[str, list[str]] | None = None
         self._group_numel: dict[str, int] | None = None  # group -> elements of its largest member
         self._input_groups: set[str] | None = None
+        self._replayable: dict[str, tuple | None] = {}
+        # A view of a grad-requiring input (any version) -> the input's name it was made from.
+        self.made_from: dict[str, str] = {}
+        self.replayed_from: dict[str, str] = {}  # a view made again -> the stripped name it stands for
 
     # -- hooks ----------------------------------------------------------------------------------
 
     def before(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str]) -> None:
         self.split_for_torch_compile(i, bsym, effect, write_groups)
+        self.replay_views_of_renamed_inputs(bsym)
 
     def after(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str]) -> None:
+        self.note_view_made(bsym, effect)
         self.note_region_ends(bsym, effect, write_groups)
         self.rename_input_written_through_view(bsym, effect)
 
@@ -140,10 +147,84 @@ class InductorRegions(WalkPolicy):
         renamed = [walk.current(v) for v, _ in plan.rename.values()]
         walk.emit(Plan(rename={r.name: (r, None) for r in renamed}, reasons=["torch.compile: the region ends after the rename"]), bsym)
 
+    # -- views of grad-requiring inputs: made again, never handed from region to region -------
+
+    def replay_views_of_renamed_inputs(self, bsym: BoundSymbol) -> None:
+        """An access through a view of an input that requires grad, made before the input was
+        last renamed, goes through the view made again from the input's new name.
+
+        Otherwise an earlier region hands the view to this one, and AOT autograd refuses a region
+        returning a view of a grad-requiring input written in place ("A view was created in
+        no_grad mode ..."): ``t0 = a[:2]``, then ``t0.add_(t0)`` and ``t0.lerp_(a[:2], 0.1)``
+        under no-grad, plain Thunder right.  Such views never cross a cut either
+        (:meth:`replayable`); the input does.  A view reads no data: made again from the new
+        name, it is ordered after every write that name is ordered after."""
+        walk = self.walk
+        if walk.options.config.executors is None or has_tags(bsym, {BoundSymbolTag.BACKWARD}):
+            return
+        if is_return(bsym) or bsym.sym.id == prims.PrimIDs.GET_GRAD:
+            return  # Thunder connects gradients by these names: they stay
+        for p in tensor_args(bsym):
+            found = self.replayable(p.name)
+            if found is None or walk.grad_taken_of(p.name):
+                continue
+            x, chain = found
+            base = walk.current(x)
+            cur = walk.current(p)
+            if self.made_from.get(cur.name, self.made_from.get(tensor_outs(chain[0])[0].name)) == base.name:
+                continue  # made from the input's newest name: this region's own
+            with tracectx(walk.options.new_trace):
+                for view in chain:
+                    out = view.flat_proxy_outs[0]
+                    new = TensorProxy(like=out)
+                    made = view.from_bsym_swap_proxies({variableify(view.args[0]): base, variableify(out): new})
+                    walk.out.append(made)
+                    walk.origin.append(-1)  # no stripped bsym of its own, as a barrier
+                    walk.anc[new.name] = walk.ancestry(made)
+                    walk.defined.add(new.name)
+                    walk.touched_forward.add(new.name)
+                    base = new
+            self.made_from[base.name] = walk.current(x).name
+            self.replayed_from[base.name] = p.name
+            walk.report.views_made_again += 1
+            walk.bump(cur, base, None)
+
+    def stripped_name(self, name: str) -> str:
+        return self.replayed_from.get(name, name)
+
+    def replayable(self, name: str) -> tuple[TensorProxy, list[BoundSymbol]] | None:
+        """(the input, the views from it to ``name``) where ``name`` is a forward view (through
+        in-place ops that return what they write) of an input that requires grad; else None."""
+        walk = self.walk
+        if name not in self._replayable:
+            chain = view_chain(name, walk.bsyms, walk.info.effects, walk.made_at, walk.inputs)
+            x = walk.proxies.get(chain[0].args[0].name) if chain else None
+            ok = x is not None and x.requires_grad and not any(has_tags(b, {BoundSymbolTag.BACKWARD}) for b in chain)
+            self._replayable[name] = (x, chain) if ok else None
+        return self._replayable[name]
+
+    def note_view_made(self, bsym: BoundSymbol, effect) -> None:
+        """Which name of its input a view of a grad-requiring input was made from."""
+        if not effect.is_view or has_tags(bsym, {BoundSymbolTag.BACKWARD}):
+            return
+        walk = self.walk
+        for o, a in effect.aliases:
+            if a.name in walk.inputs:
+                self.made_from.setdefault(o.name, walk.current(a).name)
+
     def witness(self, w: TensorProxy) -> TensorProxy:
         # A witness a cut has routed is read through its new name, or the barrier would bring a
         # direct edge across the cut.
-        return self.walk.current(w) if w.name in self.routed else w
+        walk = self.walk
+        found = self.replayable(self.stripped_name(w.name))
+        if found is not None:
+            # A view of a grad-requiring input is never handed on (replay_views_of_renamed_inputs):
+            # the input's newest name witnesses it where that name is ordered after it.
+            x = walk.current(found[0])
+            mine, theirs = walk.anc.get(w.name, 0), walk.anc.get(x.name, 0)
+            if x.name != w.name and mine & ~theirs == 0:
+                return x
+        return walk.current(w) if w.name in self.routed else w
 
     def version_bumped(self, old: TensorProxy, new: TensorProxy) -> None:
         if old.name in self.cut_origin:
@@ -231,9 +312,7 @@ class InductorRegions(WalkPolicy):
         for g in touched:
             for m in self.all_members().get(g, ()):
                 if m in self.walk.defined and self.walk.last_use.get(m, -1) >= i and not self.walk.grad_taken_of(m):
-                    v = self.walk.current(self.walk.proxies[m])
-                    plan.rename.setdefault(v.name, (v, None))
-                    self.routed.add(m)
+                    self.route(m, plan)
         # One barrier ends the region for everything pending: after it a new region starts.
         for end in {(id(e.who), e.why): e for e in self.region_ends.values()}.values():
             plan.witnesses.append(end.witness)
@@ -246,6 +325,10 @@ class InductorRegions(WalkPolicy):
         self.region_ends.clear()
         self.derived_from.clear()
         self.derived_names.clear()
+        for key, (v, _) in list(plan.rename.items()):  # a caller's plan (a remat pin) may hold views
+            if self.replayable(self.stripped_name(v.name)) is not None:
+                del plan.rename[key]
+                self.route(self.stripped_name(v.name), plan)
         # A view first used after the cut moves after it instead of crossing it (see deferred_views).
         deferred = self.deferred_views(i, plan)
         # Every other value still needed crosses the cut through this barrier too: a region
@@ -255,21 +338,33 @@ class InductorRegions(WalkPolicy):
             if m in deferred:
                 continue
             if m in self.walk.defined and m not in self.walk.inputs and self.walk.last_use.get(m, -1) >= i and not self.walk.grad_taken_of(m):
-                v = self.walk.current(p)
-                plan.rename.setdefault(v.name, (v, None))
-                self.routed.add(m)
+                self.route(m, plan)
         # So do the witnesses of accesses a later barrier may still have to order.
         for accesses in self.walk.epoch.values():
             for _, wit, _ in accesses:
                 if wit is not None and wit.name not in self.walk.inputs and not self.walk.grad_taken_of(wit.name):
-                    v = self.walk.current(wit)
-                    plan.rename.setdefault(v.name, (v, None))
-                    self.routed.add(wit.name)
+                    if self.replayable(wit.name) is None:
+                        v = self.walk.current(wit)
+                        plan.rename.setdefault(v.name, (v, None))
+                        self.routed.add(wit.name)
+                    else:
+                        self.route(wit.name, plan)
         # By the names they are recorded under too: a witness may be an older name of a
         # version an earlier region end already renamed.
         self.routed.update(plan.rename)
         self.walk.emit(plan, bsym, pin=True)
         self.move_after_cut(deferred)
+
+    def route(self, m: str, plan: Plan) -> None:
+        """``m`` crosses the cut through its barrier; a view of a grad-requiring input does not:
+        the input does, and the view is made again after the cut from its new name
+        (:meth:`replay_views_of_renamed_inputs`)."""
+        found = self.replayable(self.stripped_name(m))
+        if found is not None:
+            m = found[0].name
+        v = self.walk.current(self.walk.proxies[m])
+        plan.rename.setdefault(v.name, (v, None))
+        self.routed.add(m)
 
     def deferred_views(self, i: int, plan: Plan) -> dict[str, int]:
         """Views made before the cut at ``i`` and first used at or after it: name -> output position.

@@ -30,7 +30,7 @@ from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 
-from thunder_ext.alias_analysis import AliasInfo, input_names, storage_groups
+from thunder_ext.alias_analysis import AliasInfo, input_names, storage_groups, view_chain
 from thunder_ext.barriers import BarrierReport, strip_barriers
 from thunder_ext.errors import (
     GradInputWriteError,
@@ -143,13 +143,21 @@ def stripped_storage(trace: TraceCtx) -> tuple[list[BoundSymbol], AliasInfo]:
 
 
 def _written_through_views_twice(stripped: tuple[list[BoundSymbol], AliasInfo]) -> frozenset[str]:
-    """Inputs written under no-grad through views more than once.  With ``torch_compile_ex`` a
-    region may then hand the written view to the next write's region, and AOT autograd refuses a
-    region returning a view of a grad-requiring input written in place ("A view was created in
-    no_grad mode ..."); a single such write keeps its view inside its region (its rename is fused,
+    """Inputs written under no-grad more than once through views, one of them a view the
+    ``torch_compile_ex`` regions cannot make again from the input (a reshape that may copy, a
+    computed index).  A region may then hand that written view to the next write's region, and
+    AOT autograd refuses a region returning a view of a grad-requiring input written in place
+    ("A view was created in no_grad mode ...").  A view they can make again never crosses a region
+    (:meth:`thunder_ext.inductor_regions.InductorRegions.replay_views_of_renamed_inputs`), and a
+    single such write keeps its view inside its region (its rename is fused,
     :meth:`thunder_ext.inductor_regions.InductorRegions.rename_input_written_through_view`)."""
     bsyms, info = stripped
+    made_at: dict[str, int] = {}
+    for k, b in enumerate(bsyms):
+        for o in b.flat_proxy_outs:
+            made_at.setdefault(o.name, k)
     writes: dict[str, int] = {}
+    opaque: set[str] = set()
     for b, effect in zip(bsyms, info.effects):
         if writes_with_grad(b):
             continue
@@ -157,7 +165,9 @@ def _written_through_views_twice(stripped: tuple[list[BoundSymbol], AliasInfo]) 
             g = info.group_of(w)
             if g in info.input_groups and w.name not in info.inputs:
                 writes[g] = writes.get(g, 0) + 1
-    return frozenset(n for n in info.inputs if writes.get(info.group_of(n), 0) > 1)
+                if not view_chain(w.name, bsyms, info.effects, made_at, info.inputs):
+                    opaque.add(g)
+    return frozenset(n for n in info.inputs if writes.get(info.group_of(n), 0) > 1 and info.group_of(n) in opaque)
 
 
 def refuse_view_gradients(

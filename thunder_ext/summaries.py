@@ -68,6 +68,8 @@ def _input_lines(report) -> list[str]:
         lines.append(f"{report.views_unfused} squeezing view(s) run outside nvFuser's regions")
     if getattr(report, "strided_writes_copied", 0):
         lines.append(f"{report.strided_writes_copied} write(s) into strided views copied by torch outside nvFuser (it writes them as dense)")
+    if getattr(report, "views_made_again", 0):
+        lines.append(f"{report.views_made_again} view(s) of grad-requiring inputs made again in a later torch.compile region, not handed to it")
     if getattr(report, "epilogues_ordered", 0):
         lines.append(f"{report.epilogues_ordered} epilogue copy_(s) after every read a region could recompute (nvFuser)")
     return lines
