@@ -147,17 +147,19 @@ def accessed_groups(info: AliasInfo, bsym: BoundSymbol, effect: Effect) -> set[s
 
 def view_chain(
     name: str, bsyms: Sequence[BoundSymbol], effects: Sequence[Effect], made_at: dict[str, int], inputs: Iterable[str]
-) -> list[BoundSymbol]:
-    """The views that make ``name`` from a trace input, input first: single-output bsyms that
-    always alias their one tensor argument (``view_kind`` 'view'), passing through in-place ops,
-    whose output is the tensor they wrote.  [] where ``name`` is an input, or is made otherwise
-    (a reshape that may copy, a computed value).  ``made_at``: name -> index of its producer."""
+) -> tuple[str | None, list[BoundSymbol]]:
+    """The trace input ``name`` is a view of, and the views that make it, input side first:
+    single-output bsyms that always alias their one tensor argument (``view_kind`` 'view'),
+    passing through in-place ops, whose output is the tensor they wrote (so the first view's
+    argument may be such an output, a version of the input).  (None, []) where ``name`` is an
+    input, or is made otherwise (a reshape that may copy, a computed value).  ``made_at``: name
+    -> index of its producer."""
     inputs = set(inputs)
     chain: list[BoundSymbol] = []
     while name not in inputs:
         k = made_at.get(name)
         if k is None or len(chain) > 64:
-            return []
+            return None, []
         b, e = bsyms[k], effects[k]
         written = [a for o, a in e.aliases if o.name == name and any(a is w for w in e.writes)]
         if written:
@@ -165,9 +167,9 @@ def view_chain(
             continue
         args, outs = tensor_args(b), b.flat_proxy_outs
         if not e.is_view or e.writes or view_kind(b) != "view" or len(outs) != 1 or len(args) != 1:
-            return []
+            return None, []
         if not b.args or b.args[0] is not args[0]:
-            return []
+            return None, []
         chain.append(b)
         name = args[0].name
-    return chain[::-1]
+    return (name, chain[::-1]) if chain else (None, [])

@@ -45,10 +45,11 @@ class RematPins(WalkPolicy):
         super().__init__(walk)
         self.writes, self.backward, self.regions = writes, backward, regions
         self.pending: dict[str, object] = {}  # group -> its last forward write (the walk's last_write), not yet pinned
+        self.backward_pinned = False  # the backward's reads of forward values are pinned (pin_backward_reads)
 
     def before(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str]) -> None:
         if self.backward and has_tags(bsym, {BoundSymbolTag.BACKWARD}):
-            self.pin_backward_reads(bsym)
+            self.pin_backward_reads(i, bsym)
         self.pin_pending_writes(i, bsym)
 
     def after(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str]) -> None:
@@ -56,24 +57,56 @@ class RematPins(WalkPolicy):
             for g in sorted(write_groups):  # sorted: the pin's operands do not depend on hash order
                 self.pending[g] = self.walk.last_write[g]
 
-    def pin_backward_reads(self, bsym: BoundSymbol) -> None:
+    def pin_backward_reads(self, i: int, bsym: BoundSymbol) -> None:
         """In a joint trace that a fusion executor splits into regions, a backward region is a
         rematerialization consumer of the forward region: its min cut may recompute a forward
         value from the forward's inputs, re-running a write or reading an input after the write
         (an input written back by an epilogue ``copy_``).  So each forward value a backward bsym
         reads whose computation touched mutated storage goes through an unfused barrier first,
-        at the start of the backward."""
+        at the start of the backward: one barrier, before the first backward bsym that reads a
+        tensor (``get_grad`` aside), for every such read of the whole backward.
+
+        The backward's input-free bsyms before it (the ``zeros`` a gradient sum starts from) move
+        after it: left between the barrier and a ``get_grad``, both unfused, under consecutive
+        fusion they are a region without inputs, which ``torch_compile_ex`` fails to build
+        (``KeyError`` in Thunder's trace interpreter; soak seeds 38000 and 39000)."""
         walk = self.walk
-        if bsym.sym.id == prims.PrimIDs.GET_GRAD:
+        if bsym.sym.id == prims.PrimIDs.GET_GRAD or not tensor_args(bsym):
             return
+        readers = [bsym]
+        first = not self.backward_pinned
+        if first:
+            self.backward_pinned = True
+            readers = [b for b in walk.bsyms[i:] if has_tags(b, {BoundSymbolTag.BACKWARD}) and b.sym.id != prims.PrimIDs.GET_GRAD]
         plan = Plan()
-        for p in tensor_args(bsym):
-            v = walk.current(p)
-            if v.name in walk.touched_forward and not walk.grad_taken_of(p.name):
-                plan.rename.setdefault(v.name, (v, None))
+        for b in readers:
+            for p in tensor_args(b):
+                if p.name not in walk.defined:
+                    continue  # made later in the backward
+                v = walk.current(p)
+                if v.name in walk.touched_forward and not walk.grad_taken_of(p.name):
+                    plan.rename.setdefault(v.name, (v, None))
         if plan.rename:
             plan.reasons.append("remat: the backward reads forward values computed from mutated storage")
             walk.emit(plan, bsym, pin=True, cut=False)
+            if first:
+                self.move_input_free_backward_after_pin()
+
+    def move_input_free_backward_after_pin(self) -> None:
+        """Move the backward bsyms that read no tensor, emitted since the forward ended, after the
+        pin just emitted (they read nothing, so where they run orders nothing)."""
+        walk = self.walk
+        k = len(walk.out) - 1  # the pin
+        while k > 0 and has_tags(walk.out[k - 1], {BoundSymbolTag.BACKWARD}):
+            k -= 1
+        moved = [j for j in range(k, len(walk.out) - 1)
+                 if walk.out[j].sym.id != prims.PrimIDs.GET_GRAD and not tensor_args(walk.out[j])]
+        if not moved:
+            return
+        keep = [j for j in range(len(walk.out)) if j not in set(moved)]
+        order = keep + moved
+        walk.out = [walk.out[j] for j in order]
+        walk.origin = [walk.origin[j] for j in order]
 
     def pin_pending_writes(self, i: int, bsym: BoundSymbol) -> None:
         """Re-running a write is not idempotent.  So what is read after a guarded write goes

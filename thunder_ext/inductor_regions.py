@@ -197,8 +197,8 @@ class InductorRegions(WalkPolicy):
         in-place ops that return what they write) of an input that requires grad; else None."""
         walk = self.walk
         if name not in self._replayable:
-            chain = view_chain(name, walk.bsyms, walk.info.effects, walk.made_at, walk.inputs)
-            x = walk.proxies.get(chain[0].args[0].name) if chain else None
+            root, chain = view_chain(name, walk.bsyms, walk.info.effects, walk.made_at, walk.inputs)
+            x = walk.proxies.get(root) if root is not None else None
             ok = x is not None and x.requires_grad and not any(has_tags(b, {BoundSymbolTag.BACKWARD}) for b in chain)
             self._replayable[name] = (x, chain) if ok else None
         return self._replayable[name]
@@ -208,9 +208,10 @@ class InductorRegions(WalkPolicy):
         if not effect.is_view or has_tags(bsym, {BoundSymbolTag.BACKWARD}):
             return
         walk = self.walk
-        for o, a in effect.aliases:
-            if a.name in walk.inputs:
-                self.made_from.setdefault(o.name, walk.current(a).name)
+        for o, _ in effect.aliases:
+            found = self.replayable(o.name)
+            if found is not None and len(found[1]) == 1:  # made from the input, or a write's output that is it
+                self.made_from.setdefault(o.name, walk.current(found[0]).name)
 
     def witness(self, w: TensorProxy) -> TensorProxy:
         # A witness a cut has routed is read through its new name, or the barrier would bring a
@@ -277,6 +278,14 @@ class InductorRegions(WalkPolicy):
         ``masked_fill_``, ``index_put_``, ``index_copy_`` and ``scatter_`` come out right, so a
         write-after-read such as ``a = x * z; x.add_(1)`` keeps its one region.
 
+        The fourth family: a value read from an input, the input written, then that value
+        written: ``t = c.clone(); c.add_(0.5); t[0] = rv`` leaves ``t`` with ``c``'s new values
+        (any write into ``c``, whole or in part; ``t[1:].add_(1)`` as the later write too; plain
+        ``torch.compile``, torch 2.11).  It reaches the transform's traces where ``c`` is kept in
+        place and ``t`` is a value (``b.copy_(c); with torch.no_grad(): c.add_(0.5); b[0] = rv``,
+        ``c`` requiring grad: soak seed 38000, where plain Thunder is right), so such a later write, in
+        place or a functional partial write, starts a new region.
+
         Such a region is possible whether barriers are fused or not (with a backward they are
         not): where data edges already order the accesses no barrier stands between them
         (``rv.copy_(rm); rm += rv`` with grad).  So whenever ``torch_compile_ex`` is among the
@@ -302,6 +311,7 @@ class InductorRegions(WalkPolicy):
             {g for g in used if (g, "use") in self.region_ends or self.write_after_write(g, bsym, effect, write_groups)}
             | {g for g in write_groups if (g, "write_into") in self.region_ends and self.read_used_after(g, i)
                and self.writes_part_of(g, bsym, effect)}
+            | {g for g in self.rewritten_reads(bsym, effect) if (g, "derived_write") in self.region_ends}
             | aliased
         )
         if not touched:
@@ -469,6 +479,15 @@ class InductorRegions(WalkPolicy):
         end = self.region_ends.get((g, "write"))
         return bool(write_groups) and end is not None and (end.partial or self.writes_part(bsym, effect))
 
+    def rewritten_reads(self, bsym: BoundSymbol, effect) -> set[str]:
+        """The input groups that what ``bsym`` writes was read from: its in-place destinations,
+        and the tensor a functional partial write (``copy_with_setitem``, ``index_copy``) starts
+        from (the fourth family of :meth:`split_for_torch_compile`)."""
+        dests = list(effect.writes)
+        if str(bsym.sym.name) in SLICE_WRITES:
+            dests += tensor_args(bsym)[:1]
+        return set().union(*(self.derived_from.get(d.name, ()) for d in dests))
+
     def writes_part(self, bsym: BoundSymbol, effect) -> bool:
         """Whether ``bsym`` writes only part of some tensor: ``setitem_``, or through a view with
         fewer elements than the largest member of its storage group (its base)."""
@@ -517,6 +536,9 @@ class InductorRegions(WalkPolicy):
                 if g not in write_groups and not any(p is w for w in effect.writes):
                     ends[(g, "use")] = _RegionEnd(bsym, outs[0], "uses the source of", "use")
         read_inputs = {self.walk.info.group_of(p) for p in tensor_args(bsym)} & self.input_groups()
+        for g in sorted(write_groups & self.input_groups()):
+            if self.derived_names.get(g):  # a value read from g before this write (fourth family)
+                ends.setdefault((g, "derived_write"), _RegionEnd(bsym, outs[0], "writes an input a value written later was read from:", "derived_write"))
         if write_groups & self.input_groups():
             # The inputs it reads too, not only the one it writes: `a[0] = rm; rm.mul_(0.9)` in
             # one region leaves a wrong `rm`.

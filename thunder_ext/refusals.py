@@ -165,7 +165,7 @@ def _written_through_views_twice(stripped: tuple[list[BoundSymbol], AliasInfo]) 
             g = info.group_of(w)
             if g in info.input_groups and w.name not in info.inputs:
                 writes[g] = writes.get(g, 0) + 1
-                if not view_chain(w.name, bsyms, info.effects, made_at, info.inputs):
+                if not view_chain(w.name, bsyms, info.effects, made_at, info.inputs)[1]:
                     opaque.add(g)
     return frozenset(n for n in info.inputs if writes.get(info.group_of(n), 0) > 1 and info.group_of(n) in opaque)
 
@@ -333,6 +333,7 @@ def refuse_writes_through_views_older_than_their_gradient(diff: set[str], stripp
     young: dict[str, str] = {}  # view -> its group: made from a value without gradient, before any gradient write
     stale: dict[str, BoundSymbol] = {}  # view -> the write that gave its storage a gradient after it was made
     carries: set[str] = set()  # groups written with a value that carries a gradient
+    view_of: dict[str, str] = {}  # a write's output -> the view it is a later version of
     for b, effect in zip(bsyms, info.effects):
         if effect.is_view and not effect.writes:
             for o, a in effect.aliases:
@@ -344,24 +345,24 @@ def refuse_writes_through_views_older_than_their_gradient(diff: set[str], stripp
             continue
         with_grad = writes_with_grad(b)
         for w in effect.writes:
-            if with_grad and w.name in stale:
+            if with_grad and view_of.get(w.name, w.name) in stale:
                 raise ViewGradientError(
-                    f"`{w.name}` is a view made before {describe(stale[w.name])} wrote a value that requires "
-                    "grad into its storage; eager raises on this write (\"a leaf Variable that requires grad is "
-                    "being used in an in-place operation\"). Make the view after that write, or write under "
-                    "torch.no_grad() if no gradient should flow through it",
+                    f"`{w.name}` is a view made before {describe(stale[view_of.get(w.name, w.name)])} wrote a value "
+                    "that requires grad into its storage; eager raises on this write (\"a leaf Variable that "
+                    "requires grad is being used in an in-place operation\"). Make the view after that write, or "
+                    "write under torch.no_grad() if no gradient should flow through it",
                     b,
                 )
         for w in effect.writes:
             g = info.group_of(w)
+            view = view_of.get(w.name, w.name)
             new = [o for o, a in effect.aliases if a.name == w.name]
             if with_grad and g not in carries and any(o.name in diff for o in new):
                 carries.add(g)
                 # The written view itself gets the write's history; the other views made before do not.
-                stale.update((v, b) for v, vg in young.items() if vg == g and v != w.name)
-            for o in new:  # the write's output is the same view, stale or not
-                if w.name in stale:
-                    stale[o.name] = stale[w.name]
+                stale.update((v, b) for v, vg in young.items() if vg == g and v != view)
+            for o in new:  # the write's output is the same view (soak seed 38000: `t1.add_(1.5)` first)
+                view_of[o.name] = view
 
 
 def refuse_gradless_overwrite(
