@@ -103,8 +103,8 @@ class RematPins(WalkPolicy):
                  if walk.out[j].sym.id != prims.PrimIDs.GET_GRAD and not tensor_args(walk.out[j])]
         if not moved:
             return
-        keep = [j for j in range(len(walk.out)) if j not in set(moved)]
-        order = keep + moved
+        gone = set(moved)
+        order = [j for j in range(len(walk.out)) if j not in gone] + moved
         walk.out = [walk.out[j] for j in order]
         walk.origin = [walk.origin[j] for j in order]
 
