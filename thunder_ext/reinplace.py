@@ -752,19 +752,19 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
                 if r is p and m == (x.name if whole_view is None else whole_view.name):
                     continue
                 late = True
-        if whole_view is not None:
-            # x's old value seen in another shape: read by p, or before it (whether or not the
-            # alias analysis counts the reshape as a member of x's group).
-            late = late or any(position[id(r)] > i for r in cons.get(whole_view, []) if r.sym.id != prims.PrimIDs.DEL)
+        view_readers = []  # of x's old value seen in another shape, whether or not the alias
+        if whole_view is not None:  # analysis counts the reshape as a member of x's group
+            view_readers = [r for r in cons.get(whole_view, []) if r.sym.id != prims.PrimIDs.DEL]
+            late = late or any(position[id(r)] > i for r in view_readers)
         if late or _written_after(t0, j, bsyms):
             continue
         name = _torchex_name(p)
         slice_write = _as_slice_write(p, x if whole_view is None else whole_view, prods, cons)
         if whole_view is not None and slice_write is None:
             continue
+        where = {"source_filename": p.source_filename, "source_positions": p.source_positions}
         if slice_write is not None:
             key, value, arange = slice_write
-            where = {"source_filename": p.source_filename, "source_positions": p.source_positions}
             target, through = x, []
             if whole_view is not None:
                 # Through ``Tensor.view``, not the trace's reshape: it raises where x cannot be
@@ -773,7 +773,7 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
                 with tracectx(trace):
                     target = TensorProxy(like=whole_view)
                 through = [torch_view.bind(x, tuple(whole_view.shape), output=target).from_bsym(**where)]
-                if [r for r in cons.get(whole_view, []) if r.sym.id != prims.PrimIDs.DEL] == [p]:
+                if view_readers == [p]:
                     drop.add(id(prods[whole_view]))  # the trace's reshape of x, read by p alone
             with tracectx(trace):
                 view, copied = TensorProxy(like=value), TensorProxy(like=value)
@@ -792,7 +792,6 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
                 continue
             if set(p.kwargs) - {"memory_format"} or len(p.args) != 1:
                 continue
-            where = {"source_filename": p.source_filename, "source_positions": p.source_positions}
             replace[id(p)] = [torch_copy_.bind(source, x, grad_enabled=False, output=t0).from_bsym(**where)]
         else:
             if (name not in _OUT_ARG and name not in _INPLACE_FLAG) or is_inplace_form(p):
