@@ -621,8 +621,8 @@ def _reshaped_back(p: BoundSymbol, x: TensorProxy, prods) -> tuple | None:
     made = prods.get(a, None) if isinstance(a, TensorProxy) else None
     if made is None or _torchex_name(made) not in _RESHAPES or not made.args:
         return None
-    if not isinstance(made.args[0], TensorProxy) or made.args[0].name != x.name or a.numel != x.numel:
-        return None
+    if not isinstance(made.args[0], TensorProxy) or made.args[0].name != x.name:
+        return None  # (a reshape keeps the element count: no numel to compare, symbolic or not)
     return p, write, a
 
 
