@@ -1970,3 +1970,49 @@ def test_read_through_a_view_of_a_written_version_is_made_again():
     cells = judge_function(read_through_a_view_after_its_write_in_another_region, make,
                            configs=(*CONFIGS, *TORCH_COMPILE)).cells
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+# -- no-grad writes through views of an input, then reads -------------------------------------
+
+
+def no_grad_write_through_a_view_after_a_saved_read(a, w):
+    y = a.sin()  # saves a for the backward
+    with torch.no_grad():
+        a[:2].add_(1.5)
+    return (y, w * 2)
+
+
+def no_grad_write_through_a_view_after_an_unsaved_read(a, w):
+    y = a * 3
+    with torch.no_grad():
+        t = a[:2]
+        t.add_(1.5)
+    return (y, w * 2)
+
+
+def test_no_grad_write_through_a_view_after_a_saved_read_is_refused_as_eager():
+    """Silently wrong before (plain Thunder too): nothing renamed ``a`` after the write through
+    ``a[:2]``, so the backward's read of ``a`` got the barrier after the write, and the
+    forward/backward split moved the write into the backward.  The call left ``a`` unchanged,
+    and the backward then wrote it.  Eager raises in its backward (``a``, saved by ``sin``, was
+    modified in place); the transform refuses, as for the same write to the whole of ``a``."""
+    from thunder_ext import SavedTensorMutationError
+    from thunder_ext.testing.compare import error_in_chain
+
+    fn, make = no_grad_write_through_a_view_after_a_saved_read, lambda g: (_x(g), _x(False))
+    configs = (*CONFIGS, *TORCH_COMPILE, *(replace(c, entry="thunderfx") for c in CONFIGS))
+    assert_matches_eager(fn, make, configs=configs)
+    for config in configs:
+        v = differential(lambda: (fn, make(True), {}), config)
+        assert v.status == "refused" and error_in_chain(v.outcome.error, SavedTensorMutationError), v.detail
+
+
+def test_no_grad_write_through_a_view_after_an_unsaved_read_keeps_the_backward_out_of_the_forward():
+    """``UnboundLocalError`` with torch_compile_ex and dataflow fusion under grad, plain Thunder
+    right: the pin that keeps the write from being run again sat before the return and routed
+    the backward's values through itself, so the forward's ``flat_args`` read a backward value
+    and the split pulled the backward into the forward."""
+    make = lambda g: (_x(g), _x(False))  # noqa: E731
+    configs = (*CONFIGS, *TORCH_COMPILE, *(replace(c, entry="thunderfx") for c in CONFIGS))
+    cells = judge_function(no_grad_write_through_a_view_after_an_unsaved_read, make, configs=configs).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))

@@ -486,13 +486,23 @@ class _Placer:
         # forward read before the write (class 6, docs/design.md); renaming would silently read the new one.
         # If the forward read that name only after the write, the new value is the one saved.
         for p in tensor_args(bsym):
-            by = self.stale_by(p.name)
-            if (
-                by is not None
-                and not has_tags(by, {BoundSymbolTag.BACKWARD})
-                and self.first_forward_read.get(p.name, len(self.bsyms)) < self.position.get(id(by), len(self.bsyms))
-            ):
-                self.report.backward_reads_of_forward_writes.append((by, bsym))
+            read_at = self.first_forward_read.get(p.name, len(self.bsyms))
+            for by in (self.stale_by(p.name), self.written_through_another_name(p)):
+                if by is not None and not has_tags(by, {BoundSymbolTag.BACKWARD}) and read_at < self.position.get(id(by), len(self.bsyms)):
+                    self.report.backward_reads_of_forward_writes.append((by, bsym))
+                    break
+
+    def written_through_another_name(self, p: TensorProxy) -> BoundSymbol | None:
+        """The last forward write into ``p``'s storage that ``p``'s current version does not reach.
+
+        A write through a view (``a[:2].add_(1)`` after ``y = a.sin()``) renames no version of
+        ``a`` until ``a`` is read again, so :meth:`stale_by` cannot see it.  Left alone, the
+        backward's read of ``a`` would get a barrier after the write, and the forward/backward
+        split would move the write into the backward with it."""
+        lw = self.last_write.get(self.info.group_of(p))
+        if lw is None or has_tags(lw.bsym, {BoundSymbolTag.BACKWARD}) or self.reaches(self.current(p), lw.bit):
+            return None
+        return lw.bsym
 
     def straight_through(self, prev: TensorProxy, out: TensorProxy, write: BoundSymbol) -> None:
         """After a write made with grad disabled, later reads of ``prev`` differentiate into ``prev``.

@@ -29,7 +29,7 @@ from thunder.extend import OperatorExecutor
 
 from thunder_ext.barrier_plan import Plan, WalkPolicy
 from thunder_ext.inductor_regions import InductorRegions
-from thunder_ext.op_kinds import describe, tensor_args
+from thunder_ext.op_kinds import describe, is_return, tensor_args
 
 
 class RematPins(WalkPolicy):
@@ -127,10 +127,12 @@ class RematPins(WalkPolicy):
         plan.witnesses = [lw.witness for lw in writes.values() if lw.witness is not None]
         plan.reasons = [f"remat: {describe(lw.bsym)} runs once" for lw in writes.values()]
         self.pending.clear()
-        if plan.rename and self.regions is not None and not has_tags(bsym, {BoundSymbolTag.BACKWARD}):
+        if plan.rename and self.regions is not None and not (has_tags(bsym, {BoundSymbolTag.BACKWARD}) or is_return(bsym)):
             # The pin starts a new region: what crosses it goes through it, as at a region end,
             # or rematerialization could recompute it after the write (a fused ordering barrier
-            # and its witness included).
+            # and its witness included).  No region follows the return: routed through a pin
+            # there, a joint trace's backward values would reach the forward's ``flat_args``,
+            # and the forward/backward split would pull the backward into the forward.
             self.regions.cross_cut(i, bsym, plan)
         elif plan.rename:
             walk.emit(plan, bsym, pin=True)

@@ -661,6 +661,9 @@ def _eager_stricter(build: Builder, v) -> bool:
     try:
         torch.testing.assert_close(v.outcome.outputs, forward.outputs)
         torch.testing.assert_close(v.outcome.inputs, forward.inputs)
+        # Right after the call too: a write moved into the backward looks right once it has run.
+        if v.outcome.after_call:
+            torch.testing.assert_close(v.outcome.after_call, forward.inputs)
     except AssertionError:
         return False
     return True
