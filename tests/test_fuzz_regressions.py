@@ -2016,3 +2016,129 @@ def test_no_grad_write_through_a_view_after_an_unsaved_read_keeps_the_backward_o
     configs = (*CONFIGS, *TORCH_COMPILE, *(replace(c, entry="thunderfx") for c in CONFIGS))
     cells = judge_function(no_grad_write_through_a_view_after_an_unsaved_read, make, configs=configs).cells
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+def no_grad_write_through_a_slice_then_a_differentiable_read(a):
+    t0 = a[:2]
+    with torch.no_grad():
+        t0.mul_(2)
+    return (a * 3,)
+
+
+def no_grad_write_through_an_indexed_view_then_a_differentiable_read(a):
+    with torch.no_grad():
+        a[:2].mul_(2)
+    return (a * 3,)
+
+
+def no_grad_writes_through_a_slice_around_a_differentiable_read(a):
+    t0 = a[:2]
+    with torch.no_grad():
+        t0.mul_(2)
+    y = a * 3
+    with torch.no_grad():
+        t0.add_(1)
+    return (y, a)
+
+
+def no_grad_write_into_a_base_then_a_read_through_its_older_view(a, w):
+    t0 = a[:2]
+    with torch.no_grad():
+        a.mul_(2)
+    return (t0 * w[:2], a.sin())
+
+
+def no_grad_write_through_a_view_of_a_private_tensor_then_reads(a, w):
+    t = a * 1
+    v = t[2:]
+    with torch.no_grad():
+        v.mul_(w[2:])
+    return (t * 3, v.exp())
+
+
+ANSWERED_AFTER_NO_GRAD_VIEW_WRITES = {
+    no_grad_write_through_a_slice_then_a_differentiable_read: lambda g: (_x(g),),
+    no_grad_write_through_an_indexed_view_then_a_differentiable_read: lambda g: (_x(g),),
+    no_grad_writes_through_a_slice_around_a_differentiable_read: lambda g: (_x(g),),
+    no_grad_write_into_a_base_then_a_read_through_its_older_view: lambda g: (_x(g), _x(g)),
+    no_grad_write_through_a_view_of_a_private_tensor_then_reads: lambda g: (_x(g), _x(g)),
+}
+
+
+@pytest.mark.parametrize("fn", ANSWERED_AFTER_NO_GRAD_VIEW_WRITES, ids=lambda f: f.__name__)
+def test_differentiable_read_after_a_no_grad_write_through_a_view_is_answered(fn):
+    """Refused before (``ViewGradientError``, class 5) in every cell with grad, though eager
+    answers: a write made under no-grad has no history, so a later read differentiates into
+    the tensor as it was, which the read's barrier (an identity VJP) gives too."""
+    configs = (*CONFIGS, *TORCH_COMPILE, *(replace(c, entry="thunderfx") for c in CONFIGS))
+    cells = judge_function(fn, ANSWERED_AFTER_NO_GRAD_VIEW_WRITES[fn], configs=configs).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+def no_grad_write_through_a_user_view_then_reads(a, w):
+    t0 = a.view(2, 6)
+    with torch.no_grad():
+        t0[0] = w[0, 0]
+    return ((a * w).sum(), t0.cos())
+
+
+def test_read_after_a_no_grad_write_through_a_user_view_is_refused_only_with_torch_compile():
+    """Answered with the default executors.  With torch_compile_ex, autodiff turns ``view`` into a
+    reshape the regions cannot make again, and AOT autograd failed on the region handing the
+    written view on ("A view was created in no_grad mode"): a clear refusal instead."""
+    from thunder_ext import ViewGradientError
+    from thunder_ext.testing.compare import error_in_chain
+
+    fn, make = no_grad_write_through_a_user_view_then_reads, lambda g: (_x(g), _x(g))
+    cells = judge_function(fn, make, configs=(*CONFIGS, *(replace(c, entry="thunderfx") for c in CONFIGS))).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+    for config in TORCH_COMPILE:
+        v = differential(lambda: (fn, make(True), {}), config)
+        assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail
+        assert "torch_compile_ex cannot make that view again" in str(v.outcome.error)
+
+
+# -- soak seed 41000 (--rotate, both executors) ----------------------------------------------
+
+
+def no_grad_lerp_through_a_transpose_then_a_read_by_a_stats_update(a, rv):
+    t0 = a.t()
+    t1 = a.t()
+    with torch.no_grad():
+        t0.lerp_(t1, 0.1)
+    with torch.no_grad():
+        rv.mul_(0.9).add_(a.mean(0), alpha=0.1)
+    return (a,)
+
+
+def test_read_by_a_no_grad_stats_update_after_a_no_grad_view_write_is_answered():
+    """Refused (``ViewGradientError``; dataflow and torch_compile_ex consecutive, grad) where
+    plain Thunder is right: ``a.mean(0)`` read ``a`` after the no-grad write through ``a.t()``."""
+    make = lambda g: (_x(g), _stats()[1])  # noqa: E731
+    cells = judge_function(no_grad_lerp_through_a_transpose_then_a_read_by_a_stats_update, make,
+                           configs=(*CONFIGS, *TORCH_COMPILE)).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+def view_returned_after_a_copy_with_grad_and_a_no_grad_write(a, c):
+    t0 = c.reshape(3, 4)
+    t1 = t0.unsqueeze(0)
+    c.copy_(a)
+    with torch.no_grad():
+        c.mul_(2.0)
+    return (t1,)
+
+
+def test_view_older_than_a_write_with_grad_is_refused_behind_a_later_no_grad_write():
+    """Silently wrong gradient (``None``; every cell with grad, plain Thunder too): ``t1``, a view
+    of ``c`` made before ``c.copy_(a)``, carries that copy's history in eager.  Class 5 looked
+    only at the last write into ``c``, the no-grad ``mul_``, and let the return through.  Every
+    write with grad the stale name misses counts now."""
+    from thunder_ext import ViewGradientError
+    from thunder_ext.testing.compare import error_in_chain
+
+    fn, make = view_returned_after_a_copy_with_grad_and_a_no_grad_write, lambda g: (_x(g), _x(False))
+    assert_matches_eager(fn, make, configs=(*CONFIGS, *TORCH_COMPILE))
+    for config in (*CONFIGS, *TORCH_COMPILE):
+        v = differential(lambda: (fn, make(True), {}), config)
+        assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail

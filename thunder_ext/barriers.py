@@ -343,6 +343,7 @@ class _Placer:
         self.anc: dict[str, int] = {}
         self.nbits = 0
         self.last_write: dict[str, _LastWrite] = {}
+        self.last_grad_write: dict[str, _LastWrite] = {}  # per group, its last write made with grad
         self.epoch: dict[str, list[tuple[int, TensorProxy | None, BoundSymbol]]] = {}
         self.touched_forward: set[str] = set()  # forward values computed from mutated storage
         # The executors' rules, chosen once (thunder_ext.executor_policies); the walk itself orders only.
@@ -372,13 +373,15 @@ class _Placer:
         """The storage group of a stripped proxy or of any later version of one."""
         return self.version_group.get(name) or self.info.group_of(name)
 
-    def stale_by(self, name: str) -> BoundSymbol | None:
-        """The first write that made the version ``name`` stale (pure renamings skipped), or None."""
+    def stale_by(self, name: str) -> list[BoundSymbol]:
+        """The writes that made the version ``name`` and its later versions stale, in order
+        (pure renamings skipped)."""
+        found = []
         while name in self.next_version:
             name, by = self.next_version[name]
             if by is not None:
-                return by
-        return None
+                found.append(by)
+        return found
 
     def ancestry(self, bsym: BoundSymbol) -> int:
         acc = 0
@@ -485,9 +488,11 @@ class _Placer:
         # A backward read of a name that a forward write made stale may want the value the
         # forward read before the write (class 6, docs/design.md); renaming would silently read the new one.
         # If the forward read that name only after the write, the new value is the one saved.
+        if bsym.sym.id == prims.PrimIDs.GET_GRAD:
+            return  # a cotangent looked up by the output's name: no data read
         for p in tensor_args(bsym):
             read_at = self.first_forward_read.get(p.name, len(self.bsyms))
-            for by in (self.stale_by(p.name), self.written_through_another_name(p)):
+            for by in (*self.stale_by(p.name), self.written_through_another_name(p)):
                 if by is not None and not has_tags(by, {BoundSymbolTag.BACKWARD}) and read_at < self.position.get(id(by), len(self.bsyms)):
                     self.report.backward_reads_of_forward_writes.append((by, bsym))
                     break
@@ -597,6 +602,16 @@ class _Placer:
         for p in stale:
             if p.name != lw.dest.name:
                 self.report.alias_reads.append(AliasRead(lw.bsym, bsym, p, lw.dest))
+        # An earlier write with grad that a stale name misses is such a read too, though a later
+        # write (one under no-grad) is the last: it gave the storage history the name lacks
+        # (``t1 = c.reshape(3, 4)``, ``c.copy_(a)``, then ``c.mul_(2)`` under no-grad; soak 41000).
+        # The last one is enough: a write is ordered after the group's earlier writes, so a name
+        # that reaches it reaches them.
+        gw = self.last_grad_write.get(g)
+        if gw is not None and gw is not lw:
+            for p in tensor_args(bsym):
+                if self.info.group_of(p) == g and p.name != gw.dest.name and not self.reaches(self.current(p), gw.bit):
+                    self.report.alias_reads.append(AliasRead(gw.bsym, bsym, p, gw.dest))
         # The return is judged per value: Thunder later unwraps it and drops ``flat_args``,
         # which may be the only edge from the write.
         if (my_anc >> lw.bit) & 1 and not (is_return(bsym) and stale):
@@ -629,6 +644,8 @@ class _Placer:
                 dest_names = {d.name for d in dests}
                 wit = _witness(bsym, [o for o, a in effect.aliases if a.name in dest_names])
                 self.last_write[g] = _LastWrite(bit, wit, bsym, dests[0])
+                if writes_with_grad(bsym):
+                    self.last_grad_write[g] = self.last_write[g]
                 self.epoch[g] = [(bit, wit, bsym)]
             else:
                 self.epoch.setdefault(g, []).append((bit, _witness(bsym), bsym))

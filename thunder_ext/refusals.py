@@ -21,9 +21,9 @@ Class 6 is judged at the fusion stage instead (:func:`refuse_saved_tensor_mutati
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from thunder.core import dtypes
+from thunder.core import dtypes, prims
 from thunder.core.compile_data import get_compile_data
 from thunder.core.proxies import ProxyTag, TensorProxy
 from thunder.core.pytree import tree_flatten
@@ -73,12 +73,14 @@ def refuse_unsupported_gradients(
     written input back itself (:func:`refuse_plain_input_history_under_thunderfx`).
 
     ``stripped``: :func:`stripped_storage` of ``before``, where the caller has it already.
-    ``inductor``: ``torch_compile_ex`` is among the executors (see :func:`_written_through_views_twice`).
+    ``inductor``: ``torch_compile_ex`` is among the executors (see :func:`_no_grad_view_writes`).
     """
     names = frozenset(input_names(before))
     stripped = stripped or stripped_storage(before)  # the class-9, overwrite and ThunderFX checks read it
-    returned_whole = names - _written_through_views_twice(stripped) if inductor else names
-    refuse_view_gradients(report, diff, returned_whole, trace_inputs=names)
+    writes, opaque = _no_grad_view_writes(stripped) if inductor else ({}, frozenset())
+    group_of = stripped[1].group_of
+    returned_whole = frozenset(n for n in names if not (writes.get(group_of(n), 0) > 1 and group_of(n) in opaque))
+    refuse_view_gradients(report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque)
     placed = stripped_storage(after)  # one analysis of the placed trace, for the two checks that read it
     refuse_returned_input_with_new_history(after, diff, placed)
     if graph_module:
@@ -142,12 +144,16 @@ def stripped_storage(trace: TraceCtx) -> tuple[list[BoundSymbol], AliasInfo]:
     return bsyms, storage_groups(bsyms, input_names(trace))
 
 
-def _written_through_views_twice(stripped: tuple[list[BoundSymbol], AliasInfo]) -> frozenset[str]:
-    """Inputs written under no-grad more than once through views, one of them a view the
-    ``torch_compile_ex`` regions cannot make again from the input (a reshape that may copy, a
-    computed index).  A region may then hand that written view to the next write's region, and
-    AOT autograd refuses a region returning a view of a grad-requiring input written in place
-    ("A view was created in no_grad mode ...").  A view they can make again never crosses a region
+def _no_grad_view_writes(stripped: tuple[list[BoundSymbol], AliasInfo]) -> tuple[dict[str, int], frozenset[str]]:
+    """Per input group, its writes made under no-grad through views; and the groups where one
+    such view is one ``torch_compile_ex`` regions cannot make again from the input (a reshape
+    that may copy, a computed index).
+
+    A region may hand such a written view to the next region, and AOT autograd refuses a region
+    returning a view of a grad-requiring input written in place ("A view was created in no_grad
+    mode ..."): where the input is written so twice, or where a later read of the storage goes
+    through the region's cut (``t0 = a.view(3, 4)``, ``t0[0] = w[:4]`` under no-grad, then
+    ``t0.cos()`` with grad).  A view they can make again never crosses a region
     (:meth:`thunder_ext.inductor_regions.InductorRegions.replay_views_of_renamed_inputs`), and a
     single such write keeps its view inside its region (its rename is fused,
     :meth:`thunder_ext.inductor_regions.InductorRegions.rename_input_written_through_view`)."""
@@ -165,21 +171,44 @@ def _written_through_views_twice(stripped: tuple[list[BoundSymbol], AliasInfo]) 
             g = info.group_of(w)
             if g in info.input_groups and w.name not in info.inputs:
                 writes[g] = writes.get(g, 0) + 1
-                if not view_chain(w.name, bsyms, info.effects, made_at, info.inputs)[1]:
+                chain = view_chain(w.name, bsyms, info.effects, made_at, info.inputs)[1]
+                if not chain or any(_becomes_a_reshape(v) for v in chain):
                     opaque.add(g)
-    return frozenset(n for n in info.inputs if writes.get(info.group_of(n), 0) > 1 and info.group_of(n) in opaque)
+    return writes, frozenset(opaque)
+
+
+def _becomes_a_reshape(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` decomposes into ``prims.reshape``: ``Tensor.view`` does, and autodiff
+    leaves the fusion stage that prim, a reshape that may copy."""
+    stack = [bsym]
+    while stack:
+        b = stack.pop()
+        if b.sym.id == prims.PrimIDs.RESHAPE:
+            return True
+        stack.extend(b.subsymbols)
+    return False
 
 
 def refuse_view_gradients(
-    report: BarrierReport, diff: set[str], inputs: frozenset[str] = frozenset(), *, trace_inputs: frozenset[str] = frozenset()
+    report: BarrierReport,
+    diff: set[str],
+    inputs: frozenset[str] = frozenset(),
+    *,
+    trace_inputs: frozenset[str] = frozenset(),
+    opaque: Callable[[TensorProxy], bool] = lambda p: False,
 ) -> None:
     """Class 5: gradients would flow through a view of a tensor mutated in place.
 
-    Not refused: the return of a whole input (``inputs``) after a write made under no-grad,
-    which has no history in eager: the caller gets its own tensor back, as from Thunder (with
-    ``torch_compile_ex`` too, but for inputs written so through views twice, which the caller
-    leaves out: :func:`_written_through_views_twice`).  Nor
-    the return after a no-grad write when nothing it returns carries a gradient, or when it
+    Not refused: a read after a write made under no-grad, which has no history in eager.  The
+    read differentiates into the tensor as it was (``t0 = a[:2]``, ``t0.mul_(2)`` under no-grad,
+    then ``a * 3``: ``a`` gets 3), and so does the read's barrier, whose VJP is the identity.  A
+    backward that reads the value such a write replaced is class 6, judged at the fusion stage.
+    With ``torch_compile_ex``, such a read stays refused where the write went through a view of
+    a grad-requiring input that the regions cannot make again (``opaque``, see
+    :func:`_no_grad_view_writes`), and so does the return of a whole input (``inputs`` leaves
+    out those written so twice).
+
+    Nor the return after a no-grad write when nothing it returns carries a gradient, or when it
     reads the stale name only as an input's final state (``flat_args``) and that name is no
     trace input (``trace_inputs``): Thunder collects gradients by the names of inputs only, and
     no output is that name (``b.copy_(a); with torch.no_grad(): b.unsqueeze(0).add_(0.5)``, a
@@ -190,7 +219,10 @@ def refuse_view_gradients(
         # (``copy_``, ``add_``); a write with no such output (``batch_norm``'s running stats)
         # writes a value Thunder's VJP treats as constant.
         effect = effect_of(ar.write)
-        if is_return(ar.read) and not writes_with_grad(ar.write):
+        no_grad_write = not writes_with_grad(ar.write)
+        if no_grad_write and not is_return(ar.read) and not opaque(ar.written):
+            continue
+        if no_grad_write and is_return(ar.read):
             if ar.proxy.name in inputs:
                 continue
             # Nothing returned carries a gradient: there is no backward for the stale name to
@@ -202,15 +234,26 @@ def refuse_view_gradients(
                 continue
         written_values = [o for o, a in effect.aliases if any(a is w for w in effect.writes)]
         involved = (ar.proxy, ar.written, *written_values)
-        if any(p.name in diff for p in involved):
+        if not any(p.name in diff for p in involved):
+            continue
+        if no_grad_write and opaque(ar.written):
             raise ViewGradientError(
-                f"`{ar.proxy.name}` is read after an in-place write to `{ar.written.name}`, which "
-                "shares its storage, and gradients flow through it. Thunder's autodiff would give a "
-                "wrong gradient here (its VJP of copy_ ignores views). Clone before the in-place op, "
-                "or use the out-of-place op",
+                f"`{ar.proxy.name}` is read after a write made under no-grad through `{ar.written.name}`, "
+                "a view of an input that requires grad made by `view` or `reshape`, which is a reshape "
+                "that may copy after autodiff. torch_compile_ex cannot make that view again in a later "
+                "fusion region, and AOT autograd refuses a region that hands it on. Make the view by "
+                "slicing or indexing, write outside the compiled function, or use the default executors",
                 ar.write,
                 ar.read,
             )
+        raise ViewGradientError(
+            f"`{ar.proxy.name}` is read after an in-place write to `{ar.written.name}`, which "
+            "shares its storage, and gradients flow through it. Thunder's autodiff would give a "
+            "wrong gradient here (its VJP of copy_ ignores views). Clone before the in-place op, "
+            "or use the out-of-place op",
+            ar.write,
+            ar.read,
+        )
 
 
 def differentiable_names(trace: TraceCtx) -> set[str]:
