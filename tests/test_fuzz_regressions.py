@@ -2142,3 +2142,27 @@ def test_view_older_than_a_write_with_grad_is_refused_behind_a_later_no_grad_wri
     for config in (*CONFIGS, *TORCH_COMPILE):
         v = differential(lambda: (fn, make(True), {}), config)
         assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail
+
+
+def no_grad_writes_through_a_user_view_twice(a):
+    t0 = a.view(3, 4)
+    with torch.no_grad():
+        t0.mul_(2)
+        t0.add_(1)
+    return (a,)
+
+
+def test_no_grad_writes_through_a_user_view_twice_are_refused_with_torch_compile():
+    """Silently wrong with torch_compile_ex and consecutive fusion under grad (plain Thunder too):
+    the region after the first write's rename recomputed ``view`` and the write from ``a``.
+    ``view`` becomes a reshape in autodiff, which the regions cannot make again: refused, like
+    ``reshape``.  Answered with the default executors."""
+    from thunder_ext import ViewGradientError
+    from thunder_ext.testing.compare import error_in_chain
+
+    fn, make = no_grad_writes_through_a_user_view_twice, lambda g: (torch.randn(12, requires_grad=g),)
+    assert_matches_eager(fn, make, configs=CONFIGS)
+    assert_matches_eager(fn, make, grad_modes=(False,), configs=TORCH_COMPILE)
+    for config in TORCH_COMPILE:
+        v = differential(lambda: (fn, make(True), {}), config)
+        assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail
