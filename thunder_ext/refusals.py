@@ -147,7 +147,7 @@ def stripped_storage(trace: TraceCtx) -> tuple[list[BoundSymbol], AliasInfo]:
 def _no_grad_view_writes(stripped: tuple[list[BoundSymbol], AliasInfo]) -> tuple[dict[str, int], frozenset[str]]:
     """Per input group, its writes made under no-grad through views; and the groups where one
     such view is one ``torch_compile_ex`` regions cannot make again from the input (a reshape
-    that may copy, a computed index).
+    that may copy, a ``view``, which autodiff makes one, a computed index).
 
     A region may hand such a written view to the next region, and AOT autograd refuses a region
     returning a view of a grad-requiring input written in place ("A view was created in no_grad
