@@ -245,3 +245,40 @@ def test_nvfuser_soak_findings(name: str):
 def test_nvfuser_soak_findings_still_open(name: str):
     j = _judge_on_cuda(NVFUSER_OPEN[name])
     assert not j.failures, "\n".join(str(c) for c in j.failures)
+
+
+@requires_nvfuser
+@pytest.mark.parametrize("fusion_type", ["dataflow", "consecutive"])
+def test_kv_cache_write_goes_back_in_place_on_nvfuser(fusion_type: str):
+    """The KV-cache step on nvFuser writes one position of each cache in place, as eager does: no
+    region copies a whole cache (nvfuser_forms.slice_epilogues_outside_nvfuser), and the caching
+    allocator's peak over the call stays far below one cache's size."""
+    import thunder
+
+    from thunder_ext import final_traces
+    from thunder_ext.transforms import InplaceBarrierTransform
+
+    def step(q, kc, vc, k, v):
+        kc[:, :, 40] = k
+        vc[:, :, 40] = v
+        return torch.softmax(q @ kc.transpose(-1, -2) * 0.125, dim=-1) @ vc
+
+    g = torch.Generator().manual_seed(0)
+    shapes = ((1, 8, 1, 64), (1, 8, 4096, 64), (1, 8, 4096, 64), (1, 8, 64), (1, 8, 64))
+    q, kc, vc, k, v = (torch.randn(*s, generator=g).cuda() for s in shapes)
+    ekc, evc = kc.clone(), vc.clone()
+    kw = {"fusion_type": "dataflow"} if fusion_type == "dataflow" else {}
+    jf = thunder.jit(step, transforms=[InplaceBarrierTransform()], **kw)
+    jf(q, kc, vc, k, v)
+    step(q, ekc, evc, k, v)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = jf(q, kc, vc, k, v)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    torch.testing.assert_close(out, step(q, ekc, evc, k, v))  # the caches, exactly, below
+    assert torch.equal(kc, ekc) and torch.equal(vc, evc)
+    ((final, _),) = final_traces(jf)
+    assert "copy_with_setitem_impl" not in [b.sym.name for b in final.bound_symbols], final
+    assert peak < kc.nbytes // 4, (peak, kc.nbytes)

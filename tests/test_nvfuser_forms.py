@@ -7,6 +7,7 @@ here.  tests/test_gpu.py runs the same programs through nvFuser itself, against 
 
 from __future__ import annotations
 
+import pytest
 import thunder
 import torch
 from thunder.executors.torchex import ex as torchex
@@ -250,3 +251,84 @@ def test_a_write_into_a_strided_view_copies_outside_nvfuser():
     transform_for_execution(t, executors_list=[torchex]).python_callable()(got)
     torch.testing.assert_close(got, expected)
     assert copy_strided_writes_outside_nvfuser(trace, bsyms, [torchex]) == (bsyms, 0)
+
+
+class _UnfusingNvFuser(_FusingNvFuser):
+    """As above, but its fusion pass leaves the trace as it is: the whole program then runs on the
+    torch executor here, through every step the transform takes where nvFuser runs."""
+
+    def fusion_pass(self, trace):
+        return trace
+
+
+def _kv_setitem(q, kc, vc, k, v):
+    kc[:, 5] = k
+    vc[:, 5] = v
+    return torch.softmax(q @ kc.transpose(-1, -2), dim=-1) @ vc
+
+
+def _kv_index_copy(q, kc, vc, k, v, pos):
+    kc.index_copy_(1, pos, k.unsqueeze(1))
+    vc.index_copy_(1, pos, v.unsqueeze(1))
+    return torch.softmax(q @ kc.transpose(-1, -2), dim=-1) @ vc
+
+
+def _ema(e, p):
+    e.mul_(0.9).add_(p, alpha=0.1)
+    return e.sum()
+
+
+def _nv_jit(fn, fusion_type):
+    from thunder_ext.transforms import InplaceBarrierTransform
+
+    return thunder.jit(fn, fusion_type=fusion_type, executors=[_UnfusingNvFuser(), torchex], transforms=[InplaceBarrierTransform()])
+
+
+@pytest.mark.parametrize("fusion_type", ["dataflow", None])
+@pytest.mark.parametrize("program", ["setitem", "index_copy"])
+def test_a_dying_slice_write_of_an_input_leaves_nvfuser_and_goes_back_in_place(program, fusion_type):
+    """nvfuser_forms.slice_epilogues_outside_nvfuser: a KV-cache write (a slice of an input whose
+    old value nothing reads afterwards) and its epilogue copy_ go to the torch executor, and the
+    final trace writes the slice in place: no copy of the whole cache (on the H200, the step
+    cloned each cache and nvFuser copied it back)."""
+    from thunder_ext import final_traces, last_reports
+
+    g = torch.Generator().manual_seed(0)
+    q, kc, vc, k, v = (torch.randn(*s, generator=g) for s in ((2, 1, 4), (2, 8, 4), (2, 8, 4), (2, 4), (2, 4)))
+    fn, extra = (_kv_setitem, ()) if program == "setitem" else (_kv_index_copy, (torch.tensor([5]),))
+    ekc, evc = kc.clone(), vc.clone()
+    expected = fn(q, ekc, evc, k, v, *extra)
+    jf = _nv_jit(fn, fusion_type)
+    torch.testing.assert_close(jf(q, kc, vc, k, v, *extra), expected, rtol=0, atol=0)
+    assert torch.equal(kc, ekc) and torch.equal(vc, evc)
+    (report,) = last_reports(jf)
+    assert report.fusion_stage.slice_epilogues_unfused == 2
+    ((final, _),) = final_traces(jf)
+    names = [b.sym.name for b in final.bound_symbols]
+    assert "copy_with_setitem_impl" not in names
+    # Every write left writes the caches in place: a slice copy_, or index_copy with out= the cache.
+    for b in final.bound_symbols:
+        if b.sym.name == "copy_":
+            assert tuple(b.args[1].shape) != tuple(kc.shape), b
+        if b.sym.name == "index_copy":
+            assert b.kwargs.get("out") is not None and b.kwargs["out"].name == b.args[0].name, b
+    # A second call on the new state is still eager's.
+    torch.testing.assert_close(jf(q, kc, vc, k, v, *extra), fn(q, ekc, evc, k, v, *extra), rtol=0, atol=0)
+    assert torch.equal(kc, ekc) and torch.equal(vc, evc)
+
+
+def test_an_elementwise_epilogue_stays_in_its_nvfuser_region():
+    """The EMA update's epilogue is no slice write: nvFuser writes it into the input from its
+    region, with no copy, so it stays fusible."""
+    from thunder_ext import fusion_stage_traces, last_reports
+    from thunder_ext.op_kinds import is_copy
+
+    e, p = torch.randn(4), torch.randn(4)
+    ee = e.clone()
+    jf = _nv_jit(_ema, "dataflow")
+    torch.testing.assert_close(jf(e, p), _ema(ee, p), rtol=0, atol=0)
+    assert torch.equal(e, ee)
+    (report,) = last_reports(jf)
+    assert report.fusion_stage.slice_epilogues_unfused == 0
+    (copy,) = [b for b in fusion_stage_traces(jf)[-1].bound_symbols if is_copy(b)]
+    assert copy.sym.executor is None  # prims.copy_, which nvFuser fuses

@@ -96,6 +96,7 @@ from thunder_ext.nvfuser_forms import (
     copy_clones,
     copy_strided_writes_outside_nvfuser,
     epilogues_after_derived_reads,
+    slice_epilogues_outside_nvfuser,
     unfuse_squeezing_views,
 )
 from thunder_ext.saved_values import keep_old_values_for_backward
@@ -149,6 +150,8 @@ class BarrierReport:
     # Epilogue copy_s put after every fusible read of a value computed from a written input
     # (nvFuser, dataflow: its regions could recompute such a read after the copy).
     epilogues_ordered: int = 0
+    # nvFuser: epilogue copy_s of dying slice writes kept out of its regions (reinplaced later).
+    slice_epilogues_unfused: int = 0
     # Writes into views that may not be dense, their copy_ run by torch (nvFuser writes them as dense).
     strided_writes_copied: int = 0
     # Whole-tensor overwrites of storage gradients flow through, made values that keep eager's
@@ -1011,22 +1014,25 @@ def _unfused_outs(trace, options: PlacementOptions, out: list[BoundSymbol]) -> f
     recompute a write from before it, running it twice)."""
     symbols = options.symbols
     return frozenset(
-        p.name for b in _unfused(trace, options, out) if not is_return(b) and not symbols.fusible(b) for p in b.flat_proxy_outs
+        p.name for b in _unfused(trace, options, out)[0] if not is_return(b) and not symbols.fusible(b) for p in b.flat_proxy_outs
     )
 
 
-def _unfused(trace, options: PlacementOptions, out: list[BoundSymbol]) -> list[BoundSymbol]:
-    """Inductor's epilogue (:func:`unfuse_epilogue`), where ``torch_compile_ex`` runs the trace."""
+def _unfused(trace, options: PlacementOptions, out: list[BoundSymbol]) -> tuple[list[BoundSymbol], int]:
+    """Inductor's epilogue (:func:`unfuse_epilogue`), where ``torch_compile_ex`` runs the trace;
+    where nvFuser does, the epilogues of dying slice writes
+    (:func:`thunder_ext.nvfuser_forms.slice_epilogues_outside_nvfuser`), and how many of those."""
     config = options.config
     if options.symbols.inductor and config.epilogue_inputs:
-        return unfuse_epilogue(out, config.epilogue_inputs, config.executors, options.symbols.pin, trace)
-    return out
+        return unfuse_epilogue(out, config.epilogue_inputs, config.executors, options.symbols.pin, trace), 0
+    return slice_epilogues_outside_nvfuser(out, frozenset(config.epilogue_inputs), config.executors, trace)
 
 
 def _apply_executor_policies(trace, options: PlacementOptions, stripped, placer: _Placer, out):
     """Step 6."""
     placer, out = _guard(trace, options, stripped, placer, out)
-    return placer, _order_epilogues(options, placer, _unfused(trace, options, out))
+    out, placer.report.slice_epilogues_unfused = _unfused(trace, options, out)
+    return placer, _order_epilogues(options, placer, out)
 
 
 def _order_epilogues(options: PlacementOptions, placer: _Placer, out: list[BoundSymbol]) -> list[BoundSymbol]:

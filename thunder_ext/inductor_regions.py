@@ -597,11 +597,7 @@ def unfuse_epilogue(
         return bsyms
     out = list(bsyms)
     sources: dict[str, str] = {}  # the value an epilogue copies -> the input it copies it into
-    through: dict[str, str] = {}  # barrier output -> the name it renames (an epilogue writes through one)
-    for b in out:
-        if is_barrier(b):
-            for o, i in zip(tensor_outs(b), tensor_args(b)):
-                through[o.name] = through.get(i.name, i.name)
+    through = through_barriers(out)
     pending: list[int] = []  # barriers seen, pinned once an epilogue copy is found before them
     for k in range(len(out) - 1, -1, -1):
         b = out[k]
@@ -647,39 +643,63 @@ def _pin_all(out: list[BoundSymbol], pending: list[int], pin) -> None:
     pending.clear()
 
 
-def _unfuse_dying_slice_writes(out: list[BoundSymbol], sources: dict[str, str], through: dict[str, str], trace) -> list[BoundSymbol]:
-    """An epilogue's value made by a partial write of its input (``kc[:, pos] = k`` as a value:
-    a setitem or a slice scatter) whose old value nothing reads afterwards: that op is claimed by
-    the torch executor too, outside every ``torch_compile_ex`` region, so that on the final trace
-    it can write the input in place (``reinplace.reinplace_inputs``) instead of a region copying
-    the whole input on every call."""
+# The torch executor's own forms of SLICE_WRITES (Thunder claims a setitem as this at the fusion stage).
+TORCH_SLICE_WRITES = frozenset({"copy_with_setitem_impl", "index_copy"})
+
+
+def through_barriers(bsyms: list[BoundSymbol]) -> dict[str, str]:
+    """Barrier output -> the name it renames, followed to the first name (an epilogue may write
+    through one)."""
+    through: dict[str, str] = {}
+    for b in bsyms:
+        if is_barrier(b):
+            for o, i in zip(tensor_outs(b), tensor_args(b)):
+                through[o.name] = through.get(i.name, i.name)
+    return through
+
+
+def dying_slice_write(out: list[BoundSymbol], k: int, x: str, through: dict[str, str]) -> bool:
+    """Whether ``out[k]`` is a partial write of the input ``x`` as a value (``kc[:, pos] = k``: a
+    setitem or a slice scatter, fusible or already the torch executor's) whose old value nothing
+    reads afterwards: on the final trace it can then write ``x`` in place
+    (``reinplace.reinplace_inputs``) instead of copying the whole input on every call."""
+    p = out[k]
+    args = tensor_args(p)
+    if str(p.sym.name) not in SLICE_WRITES | TORCH_SLICE_WRITES or has_tags(p, {BoundSymbolTag.BACKWARD}) or not args:
+        return False
+    if through.get(args[0].name, args[0].name) != x:
+        return False
+    for b in out[k + 1 :]:
+        writes = effect_of(b).writes
+        if is_barrier(b) or (writes and through.get(writes[0].name, writes[0].name) == x):
+            continue
+        names = returned_data(b) if is_return(b) else {a.name for a in tensor_args(b)}
+        if any(through.get(n, n) == x for n in names):
+            return False
+    return True
+
+
+def claim_for_torch(out: list[BoundSymbol], k: int, trace: TraceCtx) -> bool:
+    """``out[k]`` bound to the torch executor in place (already bound: nothing to do); False, and
+    ``out`` unchanged, when the torch executor does not take it whole."""
     from thunder.executors.torchex import ex as torchex
 
-    made_at = {p.name: k for k, b in enumerate(out) for p in b.flat_proxy_outs}
+    p = out[k]
+    if p.sym.executor is torchex:
+        return True
+    claimed = _claim(trace, [p], [torchex])
+    if not claimed or any(c.sym.executor is not torchex for c in claimed):
+        return False
+    out[k : k + 1] = [c.from_bsym(source_filename=p.source_filename, source_positions=p.source_positions) for c in claimed]
+    return True
+
+
+def _unfuse_dying_slice_writes(out: list[BoundSymbol], sources: dict[str, str], through: dict[str, str], trace) -> list[BoundSymbol]:
+    """An epilogue's value made by a dying slice write (:func:`dying_slice_write`): that op is
+    claimed by the torch executor too, outside every ``torch_compile_ex`` region, so that on the
+    final trace it can write the input in place."""
     for src, x in sources.items():
-        k = made_at.get(src)
-        if k is None:
-            continue
-        p = out[k]
-        args = tensor_args(p)
-        if p.sym.name not in SLICE_WRITES or has_tags(p, {BoundSymbolTag.BACKWARD}) or not args:
-            continue
-        if through.get(args[0].name, args[0].name) != x:
-            continue
-        late = False
-        for b in out[k + 1 :]:
-            writes = effect_of(b).writes
-            if is_barrier(b) or (writes and through.get(writes[0].name, writes[0].name) == x):
-                continue
-            names = returned_data(b) if is_return(b) else {a.name for a in tensor_args(b)}
-            if any(through.get(n, n) == x for n in names):
-                late = True
-                break
-        if late:
-            continue
-        claimed = _claim(trace, [p], [torchex])
-        if not claimed or any(c.sym.executor is not torchex for c in claimed):
-            continue
-        out[k : k + 1] = [c.from_bsym(source_filename=p.source_filename, source_positions=p.source_positions) for c in claimed]
-        made_at = {q.name: j for j, b in enumerate(out) for q in b.flat_proxy_outs}
+        k = next((j for j, b in enumerate(out) if any(p.name == src for p in b.flat_proxy_outs)), None)
+        if k is not None and dying_slice_write(out, k, x, through):
+            claim_for_torch(out, k, trace)
     return out

@@ -231,6 +231,60 @@ def copy_strided_writes_outside_nvfuser(
     return out, opened_writes
 
 
+def slice_epilogues_outside_nvfuser(
+    bsyms: list[BoundSymbol], epilogue_inputs: frozenset[str], executors: Sequence[Executor] | None, trace: TraceCtx
+) -> tuple[list[BoundSymbol], int]:
+    """``bsyms`` with each epilogue ``copy_`` whose value is a dying slice write of its input
+    (``kc[:, :, pos] = k`` as a value, whose old value nothing reads afterwards) bound to the
+    torch executor, the slice write too, and how many epilogues that is.  Only where nvFuser is
+    among ``executors``.
+
+    In a region, the epilogue copies the whole input: the KV-cache step cloned each 64 MiB
+    cache (the torch executor's setitem) and nvFuser copied it back, on every call.  Outside
+    every region, ``reinplace.reinplace_inputs`` writes the slice in place on the final trace,
+    as eager does, and the epilogue goes::
+
+        before (nvFuser may run)                 after (fusion stage)
+        t37 = copy_with_setitem_impl(kc, key, k) t37 = copy_with_setitem_impl(kc, key, k)
+        t4 = ltorch.transpose(t37, -1, -2)       t4 = ltorch.transpose(t37, -1, -2)
+        ...                                      ...
+        t31 = prims.copy_(t37, kc)               t31 = copy_(t37, kc)       # torch executor
+
+        final trace: t64 = getitem(kc, key); t65 = copy_(k, t64); t4 = ... transpose(kc)
+
+    An epilogue whose value is elementwise (the EMA update) stays in its region: nvFuser writes
+    it into the input with no extra copy.
+    """
+    from thunder.executors.torchex import copy_ as torch_copy_
+
+    from thunder_ext.inductor_regions import claim_for_torch, dying_slice_write, through_barriers
+
+    if not has_nvfuser(executors) or not epilogue_inputs:
+        return bsyms, 0
+    out = list(bsyms)
+    through = through_barriers(out)
+    copies = [c.output.name for c in out if c.sym.id == PrimIDs.COPY_ and isinstance(c.output, TensorProxy)]
+    moved = 0
+    for name in copies:  # by name: claiming a slice write may change the positions after it
+        j = next(i for i, b in enumerate(out) if b.output is not None and getattr(b.output, "name", None) == name)
+        c = out[j]
+        if len(c.args) < 2 or not all(isinstance(a, TensorProxy) for a in c.args[:2]):
+            continue
+        src, dst = c.args[0], c.args[1]
+        x = through.get(dst.name, dst.name)
+        k = next((i for i, b in enumerate(out[:j]) if any(p.name == src.name for p in b.flat_proxy_outs)), None)
+        if x not in epilogue_inputs or k is None or src.dtype != dst.dtype or tuple(src.shape) != tuple(dst.shape):
+            continue
+        if not dying_slice_write(out, k, x, through) or not claim_for_torch(out, k, trace):
+            continue
+        j = next(i for i, b in enumerate(out) if b is c)
+        out[j] = torch_copy_.bind(src, dst, grad_enabled=False, output=c.output).from_bsym(
+            header=c.header, source_filename=c.source_filename, source_positions=c.source_positions
+        )
+        moved += 1
+    return out, moved
+
+
 def _bump_versions(*tensors: torch.Tensor) -> None:
     torch.autograd.graph.increment_version([t for t in tensors if not t.is_inference()])
 
