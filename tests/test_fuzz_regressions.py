@@ -2166,3 +2166,49 @@ def test_no_grad_writes_through_a_user_view_twice_are_refused_with_torch_compile
     for config in TORCH_COMPILE:
         v = differential(lambda: (fn, make(True), {}), config)
         assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail
+
+
+# -- soak seed 43000 (--rotate, both executors) ----------------------------------------------
+
+
+def view_returned_after_the_epilogue_of_a_written_input(a):
+    with torch.no_grad():
+        a.add_(a)
+    t0 = a.sin()
+    a.sin_()
+    t1 = t0.sin()
+    t4 = t1[:2]
+    with torch.no_grad():
+        t1.mul_(0.5)
+    return (t4,)
+
+
+def test_a_private_view_after_the_epilogue_joins_the_region_before_it():
+    """Silently wrong with torch_compile_ex and consecutive fusion, no grad (refused by the
+    checker, RAW): ``t4 = t1[:2]``, made after ``a``'s epilogue copy, started a region of its own,
+    and rematerialization recomputed ``t1`` there from the ``a`` the copy had just written.  A view
+    that reads no written storage now moves before the epilogue
+    (``inductor_regions._private_views_before_epilogue``)."""
+    make = lambda g: (_x(False),)  # noqa: E731
+    unchecked = tuple(replace(c, check=False) for c in TORCH_COMPILE)
+    assert_matches_eager(view_returned_after_the_epilogue_of_a_written_input, make, configs=(*CONFIGS, *TORCH_COMPILE, *unchecked))
+
+
+def stats_copied_into_a_row_then_an_input_copied(a, b, rm, rv):
+    t0 = b.tanh()
+    with torch.no_grad():
+        rv.mul_(0.9).add_(t0.mean(0), alpha=0.1)
+    t1 = b.mean(0)
+    t1.copy_(rm)
+    a[0] = t1
+    b.copy_(t0)
+    return (rv,)
+
+
+def test_a_read_in_an_earlier_region_than_the_write_passes_the_final_trace_check():
+    """Refused by the checker (WAR on the final trace; torch_compile_ex, consecutive, no grad),
+    though the final trace was right: ``b.tanh()`` ran in the region before the one that copies
+    into ``b``, which takes none of its outputs.  A final trace runs in trace order, so a read in
+    an earlier region than the write's, of the version the write replaces, runs first."""
+    make = lambda g: (_x(False), _x(False), *_stats())  # noqa: E731
+    assert_matches_eager(stats_copied_into_a_row_then_an_input_copied, make, configs=(*CONFIGS, *TORCH_COMPILE))

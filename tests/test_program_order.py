@@ -124,3 +124,40 @@ def test_a_recomputed_read_before_the_write_is_no_hazard_and_after_it_is_one():
     moved.bound_symbols = [*top[: regions[-1]], *top[regions[-1] + 1 : copy_b + 1], top[regions[-1]], *top[copy_b + 1 :]]
     (v,) = verify(moved)
     assert {v.first.sym.name, v.second.sym.name} == {"add", "copy_"} and v.group == "b", str(v)
+
+
+# -- a read in an earlier region than the write's (soak seed 43000) --------------------------
+
+
+def read_then_written(x):
+    y = x.sin()
+    x.mul_(2)
+    return y
+
+
+def test_a_read_outside_the_writing_region_runs_first_inside_it_needs_a_data_edge():
+    """On a final trace (fusion has run, trace order is final), a read in a region before the
+    write's is no hazard without a data edge to the write; the same read inside the region that
+    holds the write is one, since that region's compiler may reorder its subsymbols."""
+    from thunder.core.trace import from_trace
+
+    from thunder_ext.op_kinds import is_copy, is_fusion
+    from thunder_ext.testing.compare import Config, compile_fn
+
+    jf = compile_fn(read_then_written, Config(fusion_type="consecutive", executors="torch_compile", check=False))
+    x = torch.randn(4)
+    expected = x.clone()
+    torch.testing.assert_close(jf(x), read_then_written(expected))
+    torch.testing.assert_close(x, expected)
+    final = thunder.last_traces(jf)[-1]
+    top = [b for b in final.bound_symbols if b.sym.name != "del"]
+    (region,) = [b for b in top if is_fusion(b)]
+    (copy,) = [b for b in top if is_copy(b)]
+    assert verify(final) == []
+    # The copy moved into the region, after the sin and the mul: the sin's read of x has no data
+    # edge to the copy, and in one region nothing else orders it.
+    merged = from_trace(final)
+    fused = region.from_bsym(subsymbols=[*region.subsymbols, copy])
+    merged.bound_symbols = [fused if b is region else b for b in top if b is not copy]
+    kinds = {(v.kind, v.first.sym.name, v.second.sym.name) for v in verify(merged)}
+    assert ("WAR", "sin", "copy_") in kinds, kinds

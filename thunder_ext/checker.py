@@ -18,8 +18,9 @@
   mutated input.
 
 A read that rematerialization recomputes in a later region (under the name an earlier bsym
-made) is not ordered by data edges before a write that follows it; in a trace with fusion
-regions, which runs in trace order, it is no hazard when it precedes the write and reads the
+made), or a read in a region whose outputs the write does not take, is not ordered by data
+edges before a write that follows it; in a trace with fusion regions, which runs in trace
+order, it is no hazard when it precedes the write outside the write's own region and reads the
 version the write replaces (or an older one), the write naming the version it makes.
 
 It works on traces at any stage: fusion regions (``sym.is_fusion``) are replaced by their
@@ -218,6 +219,7 @@ def verify(trace: TraceCtx, *, aliased_inputs: Iterable[Iterable[str]] = ()) -> 
     region_in_anc: dict[int, int] = {}  # id(region) -> ancestry of everything it takes as input
     made_in: dict[str, BoundSymbol | None] = {}  # name -> the region (None: top level) that first made it
     recomputed: set[int] = set()  # bsyms a region recomputes (rematerialization) under names made before
+    fused = any(r is not None for _, r in flat)  # fusion has run: the trace runs in trace order
     for i, (b, region) in enumerate(flat):
         outs = [p.name for p in b.flat_proxy_outs]
         if region is not None and outs and all(n in made_in and made_in[n] is not region for n in outs):
@@ -247,9 +249,12 @@ def verify(trace: TraceCtx, *, aliased_inputs: Iterable[Iterable[str]] = ()) -> 
                 for j in epoch.get(g, ()):
                     if not (a >> bits[j]) & 1:
                         kind = "WAW" if j == last_write.get(g) else "WAR"
-                        if kind == "WAR" and j in recomputed and versions.reads_what_the_write_replaces(j, i, g):
-                            # A read rematerialization moved into a later region, still before the
-                            # write in a trace that fusion has made final: it runs first.
+                        runs_first = j in recomputed or (fused and flat[j][1] is not region)
+                        if kind == "WAR" and runs_first and versions.reads_what_the_write_replaces(j, i, g):
+                            # A read before the write in a trace that fusion has made final, and not
+                            # in the write's own region (which its compiler may reorder): it runs
+                            # first.  Rematerialization moves reads into later regions like this, and
+                            # a region whose outputs the write does not take reads before it too.
                             continue
                         violations.append(versions.in_program_order(kind, j, i, g))
             else:

@@ -626,10 +626,63 @@ def unfuse_epilogue(
             header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
         )
         sources[src.name] = through.get(dst.name, dst.name)
+        first = k
         # A barrier before the first epilogue copy that orders none stays fused: it belongs to the
         # region before (InductorRegions.rename_input_written_through_view).
         _pin_all(out, pending, pin)
+    if sources:
+        out = _private_views_before_epilogue(out, first, epilogue_inputs, through)
     return _unfuse_dying_slice_writes(out, sources, through, trace) if trace is not None else out
+
+
+def _private_views_before_epilogue(
+    out: list[BoundSymbol], first: int, epilogue_inputs: frozenset[str], through: dict[str, str]
+) -> list[BoundSymbol]:
+    """``out`` with each view after the first epilogue copy (at ``first``) that reads no storage an
+    epilogue writes moved just before that copy, in order.
+
+    A view there would start a region of its own after the unfused copies, and under consecutive
+    fusion Thunder's rematerialization let that region recompute its input from the input the
+    copies had just written: ``a.add_(a); t0 = a.sin(); a.sin_(); t1 = t0.sin(); t4 = t1[:2];
+    t1.mul_(0.5); return t4`` (no grad) returned ``t4`` computed from the new ``a`` (soak seed
+    43000).  Before the copies, the view joins the region that makes its input.  A view of a
+    written input (``a.reshape(3, 4)`` returned) reads the copied value and stays after."""
+    made_at = {p.name: k for k, b in enumerate(out) for p in b.flat_proxy_outs}
+
+    def reads_epilogue_storage(name: str) -> bool:
+        for _ in range(10_000):
+            name = through.get(name, name)
+            if name in epilogue_inputs:
+                return True
+            k = made_at.get(name)
+            if k is None:
+                return False  # a trace input no epilogue writes
+            b = out[k]
+            aliased = [a for o, a in effect_of(b).aliases if o.name == name]
+            if aliased:
+                name = aliased[0].name
+            elif view_kind(b) == "maybe" and tensor_args(b):
+                name = tensor_args(b)[0].name
+            else:
+                return False  # a value computed here: private storage
+        return True  # doubt keeps the order
+
+    before, after, moved = out[:first], [], set()
+    for b in out[first:]:
+        effect = effect_of(b)
+        args = tensor_args(b)
+        movable = (
+            not is_return(b) and not is_barrier(b) and not effect.writes
+            and (effect.is_view or view_kind(b) == "maybe")
+            and all(made_at.get(a.name, -1) < first or a.name in moved for a in args)
+            and not any(reads_epilogue_storage(a.name) for a in args)
+        )  # fmt: skip
+        if movable:
+            before.append(b)
+            moved.update(p.name for p in b.flat_proxy_outs)
+        else:
+            after.append(b)
+    return before + after if moved else out
 
 
 def _pin_all(out: list[BoundSymbol], pending: list[int], pin) -> None:
