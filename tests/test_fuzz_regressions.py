@@ -2212,3 +2212,56 @@ def test_a_read_in_an_earlier_region_than_the_write_passes_the_final_trace_check
     an earlier region than the write's, of the version the write replaces, runs first."""
     make = lambda g: (_x(False), _x(False), *_stats())  # noqa: E731
     assert_matches_eager(stats_copied_into_a_row_then_an_input_copied, make, configs=(*CONFIGS, *TORCH_COMPILE))
+
+
+def no_grad_writes_through_two_user_views(a):
+    t0 = a.view(2, 6)
+    with torch.no_grad():
+        t0.mul_(2)
+    t1 = a.view(4, 3)
+    with torch.no_grad():
+        t1.add_(1)
+    return (a,)
+
+
+def no_grad_partial_then_whole_write_through_a_user_view(a):
+    t0 = a.view(3, 4)
+    with torch.no_grad():
+        t0[0] = 1.5
+        t0.add_(1)
+    return (a,)
+
+
+def no_grad_whole_writes_through_one_user_reshape(a):
+    t0 = a.reshape(3, 4)
+    with torch.no_grad():
+        t0.mul_(2)
+        t0.sin_()
+    return (a,)
+
+
+@pytest.mark.parametrize(
+    "fn", [no_grad_writes_through_two_user_views, no_grad_partial_then_whole_write_through_a_user_view], ids=lambda f: f.__name__
+)
+def test_no_grad_writes_through_user_views_are_refused_not_a_crash_under_thunderfx(fn):
+    """ThunderFX, torch_compile_ex, grad: AOT autograd crashed ("A view was created in no_grad
+    mode ...") on the region that takes the first view and writes again; Dynamo hands the input
+    back outside the graph, so the return's refusal under thunder.jit never fired.  Refused now,
+    in both entries (refusals.refuse_opaque_view_written_twice)."""
+    from thunder_ext import ViewGradientError
+    from thunder_ext.testing.compare import error_in_chain
+
+    make = lambda g: (torch.randn(12, requires_grad=g),)  # noqa: E731
+    configs = tuple(replace(c, entry=e) for c in TORCH_COMPILE for e in ("jit", "thunderfx"))
+    assert_matches_eager(fn, make, grad_modes=(False,), configs=configs)
+    for config in configs:
+        v = differential(lambda: (fn, make(True), {}), config)
+        assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), (config, v.detail)
+
+
+def test_one_user_reshape_written_whole_twice_is_answered_under_thunderfx():
+    """The same writes through one view, each whole, stay in one region: answered under ThunderFX
+    (under thunder.jit the return of the written input keeps its documented refusal)."""
+    make = lambda g: (torch.randn(12, requires_grad=g),)  # noqa: E731
+    assert_matches_eager(no_grad_whole_writes_through_one_user_reshape, make,
+                         configs=tuple(replace(c, entry="thunderfx") for c in TORCH_COMPILE))

@@ -81,6 +81,8 @@ def refuse_unsupported_gradients(
     group_of = stripped[1].group_of
     returned_whole = frozenset(n for n in names if not (writes.get(group_of(n), 0) > 1 and group_of(n) in opaque))
     refuse_view_gradients(report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque)
+    if inductor:
+        refuse_opaque_view_written_twice(stripped, diff, opaque)
     placed = stripped_storage(after)  # one analysis of the placed trace, for the two checks that read it
     refuse_returned_input_with_new_history(after, diff, placed)
     if graph_module:
@@ -175,6 +177,53 @@ def _no_grad_view_writes(stripped: tuple[list[BoundSymbol], AliasInfo]) -> tuple
                 if not chain or any(_becomes_a_reshape(v) for v in chain):
                     opaque.add(g)
     return writes, frozenset(opaque)
+
+
+def refuse_opaque_view_written_twice(
+    stripped: tuple[list[BoundSymbol], AliasInfo], diff: set[str], opaque: frozenset[str]
+) -> None:
+    """With ``torch_compile_ex``: an input that requires grad, written under no-grad through two
+    different views its regions cannot make again (``opaque``, :func:`_no_grad_view_writes`;
+    ``a.view(2, 6)`` then ``a.view(4, 3)``, or ``t0[0]`` then ``t0``).  The second write's region
+    takes the first view as an input, and AOT autograd refuses it ("A view was created in no_grad
+    mode and its base ... modified inplace with grad mode enabled"); so does a partial write
+    (``t0[0] = 1.5``, then ``t0.add_(1)``), after which the regions end.  Under ``thunder.jit`` the
+    return of the input is refused already (the caller sees it); under ThunderFX Dynamo hands the
+    input back outside the graph, and this crashed instead.  One view written whole twice
+    (``t0.mul_(2); t0.sin_()``) stays in one region, and is answered there."""
+    bsyms, info = stripped
+    made_at: dict[str, int] = {}
+    for k, b in enumerate(bsyms):
+        for o in b.flat_proxy_outs:
+            made_at.setdefault(o.name, k)
+    numel = {p.name: p.numel for b in bsyms for p in tensor_args(b) if p.name in info.inputs}
+    first: dict[str, tuple[BoundSymbol, int, bool]] = {}  # group -> its first such write, its view, partial
+    for b, effect in zip(bsyms, info.effects):
+        if writes_with_grad(b):
+            continue
+        for w in effect.writes:
+            g = info.group_of(w)
+            if g not in opaque or g not in info.input_groups or w.name in info.inputs:
+                continue
+            base = next((n for n in info.inputs if info.group_of(n) == g and n in diff), None)
+            chain = view_chain(w.name, bsyms, info.effects, made_at, info.inputs)[1]
+            if base is None or not chain:
+                continue
+            # A partial write (``t0[0] = x``) ends the region before the next write too.
+            partial = str(b.sym.name) == "setitem_" or w.numel < numel.get(base, w.numel)
+            view = id(chain[-1])
+            if g not in first:
+                first[g] = (b, view, partial)
+            elif first[g][1] != view or first[g][2] or partial:
+                raise ViewGradientError(
+                    f"`{base}` requires grad and is written under no-grad through two views made by "
+                    "`view` or `reshape`, which are reshapes that may copy after autodiff. "
+                    "torch_compile_ex cannot make such a view again in a later fusion region, and AOT "
+                    "autograd refuses a region that writes one handed on. Make the views by slicing or "
+                    "indexing, write outside the compiled function, or use the default executors",
+                    first[g][0],
+                    b,
+                )
 
 
 def _becomes_a_reshape(bsym: BoundSymbol) -> bool:
