@@ -2265,3 +2265,25 @@ def test_one_user_reshape_written_whole_twice_is_answered_under_thunderfx():
     make = lambda g: (torch.randn(12, requires_grad=g),)  # noqa: E731
     assert_matches_eager(no_grad_whole_writes_through_one_user_reshape, make,
                          configs=tuple(replace(c, entry="thunderfx") for c in TORCH_COMPILE))
+
+
+# -- soak seed 44000 (--rotate, both executors) ----------------------------------------------
+
+
+def index_copy_from_the_value_copied_in(a, idx):
+    t0 = a.view(2, 6)
+    t1 = t0 - -0.5
+    t0.copy_(t1)
+    t0.index_copy_(0, idx, t1)
+    return (t0,)
+
+
+def test_index_copy_whose_source_is_its_own_value_is_eager():
+    """After ``t0.copy_(t1)``, ``t0``'s value is ``t1``, so ``t0.index_copy_(0, idx, t1)`` became
+    ``index_copy(t1, 0, idx, t1)``.  With torch_compile_ex, Inductor computed it wrongly (both fusion
+    types, no grad; torch.compile alone is wrong on it too): it now runs eagerly, outside the
+    regions.  With the default executors and consecutive fusion, reinplacing wrote it with
+    ``out=t1``, its own source, which PyTorch refuses (a crash where plain Thunder is right)."""
+    make = lambda g: (_x(g), torch.tensor([1, 0]))  # noqa: E731
+    assert_matches_eager(index_copy_from_the_value_copied_in, make, grad_modes=(False,),
+                         configs=tuple(replace(c, entry=e) for c in (*CONFIGS, *TORCH_COMPILE) for e in ("jit", "thunderfx")))

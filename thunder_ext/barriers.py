@@ -83,7 +83,7 @@ from thunder_ext.op_kinds import (
 )
 from thunder_ext.executor_policies import policies_for
 from thunder_ext.functionalize import InputPolicy, functionalize
-from thunder_ext.inductor_regions import unfuse_epilogue
+from thunder_ext.inductor_regions import unfuse_epilogue, unfuse_self_sourced_scatters
 from thunder_ext.remat_guard import (
     BarrierSymbols,
     barrier_symbols,
@@ -1019,12 +1019,16 @@ def _unfused_outs(trace, options: PlacementOptions, out: list[BoundSymbol]) -> f
 
 
 def _unfused(trace, options: PlacementOptions, out: list[BoundSymbol]) -> tuple[list[BoundSymbol], int]:
-    """Inductor's epilogue (:func:`unfuse_epilogue`), where ``torch_compile_ex`` runs the trace;
-    where nvFuser does, the epilogues of dying slice writes
+    """Inductor's epilogue (:func:`unfuse_epilogue`) and scatters sourced from their own ``self``
+    (:func:`thunder_ext.inductor_regions.unfuse_self_sourced_scatters`), where ``torch_compile_ex``
+    runs the trace; where nvFuser does, the epilogues of dying slice writes
     (:func:`thunder_ext.nvfuser_forms.slice_epilogues_outside_nvfuser`), and how many of those."""
     config = options.config
-    if options.symbols.inductor and config.epilogue_inputs:
-        return unfuse_epilogue(out, config.epilogue_inputs, config.executors, options.symbols.pin, trace), 0
+    if options.symbols.inductor:
+        out = unfuse_self_sourced_scatters(out)[0]
+        if config.epilogue_inputs:
+            out = unfuse_epilogue(out, config.epilogue_inputs, config.executors, options.symbols.pin, trace)
+        return out, 0
     return slice_epilogues_outside_nvfuser(out, frozenset(config.epilogue_inputs), config.executors, trace)
 
 

@@ -685,6 +685,54 @@ def _private_views_before_epilogue(
     return before + after if moved else out
 
 
+def _eager_scatters() -> dict[str, object]:
+    """Scatters as symbols of an operator executor of the transform's own, which no fusion
+    executor takes (``torch_compile_ex`` fuses whatever the torch executor runs): ltorch's meta,
+    torch's out-of-place kernel.  Registered on the executor, never on Thunder's module state."""
+    import thunder.torch as ltorch
+    import torch
+    from thunder.extend import OperatorExecutor
+
+    ex = OperatorExecutor("thunder_ext_eager")
+    return {
+        name: ex.register_operator(f"eager_{name}", like=getattr(ltorch, name), fn=getattr(torch, name))
+        for name in ("index_copy", "index_add")
+    }
+
+
+_EAGER_SCATTERS: dict[str, object] = {}
+
+
+def unfuse_self_sourced_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tuple[list[BoundSymbol], int]:
+    """``out`` with each ``index_copy``/``index_add`` whose source is its own ``self`` (one proxy,
+    both places) run eagerly, outside every ``torch_compile_ex`` region, and how many.
+
+    Inductor (torch 2.11) computes ``index_copy(t, 0, idx, t)`` of a value ``t`` its region makes
+    wrongly, and ``torch.compile`` alone too (with ``t.clone()`` as the source as well, which it
+    removes); eager's out-of-place kernel copies ``self`` before it writes.  Functionalization makes
+    such a call from ``t0.copy_(t1); t0.index_copy_(0, idx, t1)``: after the copy, ``t0``'s value
+    is ``t1`` (soak seed 44000, silently wrong in both fusion types, no grad)::
+
+        before (torch_compile_ex may fuse)          after
+        t20 = ltorch.index_copy(t1, 0, idx, t1)     t20 = eager_index_copy(t1, 0, idx, t1)
+    """
+    if not _EAGER_SCATTERS:
+        _EAGER_SCATTERS.update(_eager_scatters())
+    moved = 0
+    out = list(out)
+    for k, b in enumerate(out):
+        sym = _EAGER_SCATTERS.get(str(b.sym.name))
+        args = tensor_args(b)
+        if sym is None or b.sym.executor is not None or not args or b.kwargs or has_tags(b, {BoundSymbolTag.BACKWARD}):
+            continue
+        if any(a.name == args[0].name for a in args[1:]):
+            out[k] = sym.bind(*b.args, output=b.output).from_bsym(
+                header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
+            )
+            moved += 1
+    return out, moved
+
+
 def _pin_all(out: list[BoundSymbol], pending: list[int], pin) -> None:
     """Bind the barriers at ``pending`` as ``pin`` (unfused), and forget them."""
     for j in pending:

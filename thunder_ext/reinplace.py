@@ -224,7 +224,14 @@ def _probe(new: BoundSymbol, buf: TensorProxy, out: TensorProxy) -> bool:
 def _candidates(bsym: BoundSymbol) -> list[TensorProxy]:
     name = bsym.sym.name
     if name in _INPLACE_FLAG or name in _OUT_SELF_ONLY:
-        return [bsym.args[0]] if bsym.args and isinstance(bsym.args[0], TensorProxy) else []
+        if not bsym.args or not isinstance(bsym.args[0], TensorProxy):
+            return []
+        buf = bsym.args[0]
+        if name in _OUT_SELF_ONLY and any(isinstance(a, TensorProxy) and a.name == buf.name for a in bsym.args[1:]):
+            # Not elementwise: ``index_copy(t, 0, idx, t, out=t)`` reads its source as it writes it,
+            # and PyTorch refuses the overlap (soak seed 44000: ``t0.copy_(t1); t0.index_copy_(0, idx, t1)``).
+            return []
+        return [buf]
     # Positional tensor arguments only: a tensor keyword (a weight, ``out``) is not the data.
     seen: list[TensorProxy] = []
     for a in bsym.args:
