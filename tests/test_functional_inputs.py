@@ -383,3 +383,36 @@ def test_write_into_0dim_float64_cpu_input_is_refused_under_torch_compile():
     with pytest.raises(Exception) as e:
         jf(torch.ones(3, dtype=torch.float64), torch.zeros((), dtype=torch.float64))
     assert error_in_chain(e.value, LostScalarWriteError) is not None
+
+
+def kv_cache_index_copy_step(q, k, v, kc, vc, pos):
+    kc.index_copy_(1, pos, k.unsqueeze(1))  # the write of Hugging Face's static cache
+    vc.index_copy_(1, pos, v.unsqueeze(1))
+    return torch.softmax(q @ kc.transpose(-1, -2), dim=-1) @ vc
+
+
+@pytest.mark.parametrize("fusion_type", ["dataflow", "consecutive"])
+@pytest.mark.parametrize("executors", ["default", "torch_compile"])
+def test_kv_cache_index_copy_goes_back_in_place(executors, fusion_type):
+    """``kc.index_copy_(1, pos, k)`` with a tensor index: the final trace runs ``index_copy`` with
+    ``out=kc``, no region copies a whole cache, no epilogue.  torch_compile_ex fuses the torch
+    executor's index_copy, so the dying write runs as the transform's own eager symbol there
+    (inductor_regions.eager_scatter), made the torch executor's again on the final trace."""
+    from thunder_ext import last_reports
+    from thunder_ext.checker import flatten_for_check
+
+    kw = {} if fusion_type == "consecutive" else {"fusion_type": "dataflow"}
+    if executors == "torch_compile":
+        from thunder.executors.torch_compile import torch_compile_ex
+
+        kw["executors"] = [torch_compile_ex]
+    jf = _compile(kv_cache_index_copy_step, **kw)
+    args = (*_kv_args(), torch.tensor([5]))
+    expected_args = [a.clone() for a in args]
+    torch.testing.assert_close(jf(*args), kv_cache_index_copy_step(*expected_args))
+    torch.testing.assert_close(list(args), expected_args)
+    final = thunder.last_traces(jf)[-1]
+    writes = [b for b in flatten_for_check(final.bound_symbols) if b.sym.name == "index_copy"]
+    assert len(writes) == 2 and all(b.kwargs.get("out") is not None and b.kwargs["out"].name == b.args[0].name for b in writes), [str(b) for b in writes]
+    assert not [b for b in final.bound_symbols if b.sym.name == "copy_"]
+    assert last_reports(jf)[0].final_forward.epilogues_reinplaced == 2

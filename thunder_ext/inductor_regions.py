@@ -716,21 +716,54 @@ def unfuse_self_sourced_scatters(out: list[BoundSymbol], trace: TraceCtx | None 
         before (torch_compile_ex may fuse)          after
         t20 = ltorch.index_copy(t1, 0, idx, t1)     t20 = eager_index_copy(t1, 0, idx, t1)
     """
-    if not _EAGER_SCATTERS:
-        _EAGER_SCATTERS.update(_eager_scatters())
     moved = 0
     out = list(out)
     for k, b in enumerate(out):
-        sym = _EAGER_SCATTERS.get(str(b.sym.name))
         args = tensor_args(b)
-        if sym is None or b.sym.executor is not None or not args or b.kwargs or has_tags(b, {BoundSymbolTag.BACKWARD}):
+        if not args or not any(a.name == args[0].name for a in args[1:]) or has_tags(b, {BoundSymbolTag.BACKWARD}):
             continue
-        if any(a.name == args[0].name for a in args[1:]):
-            out[k] = sym.bind(*b.args, output=b.output).from_bsym(
-                header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
-            )
+        eager = eager_scatter(b)
+        if eager is not None:
+            out[k] = eager
             moved += 1
     return out, moved
+
+
+def eager_scatter(b: BoundSymbol) -> BoundSymbol | None:
+    """``b``, an ``index_copy``/``index_add`` (ltorch's or the torch executor's, positional
+    arguments only), bound as the transform's own eager symbol; None for anything else."""
+    import thunder.executors.torchex as torchex_module
+    import thunder.torch as ltorch
+
+    if not _EAGER_SCATTERS:
+        _EAGER_SCATTERS.update(_eager_scatters())
+    name = str(b.sym.name)
+    sym = _EAGER_SCATTERS.get(name)
+    # ltorch's symbol or the torch executor's, both in torch's argument order (``prims.index_copy``
+    # has the same name and another order).
+    if sym is None or b.sym.id not in (getattr(ltorch, name).id, getattr(torchex_module, name).id):
+        return None
+    if b.kwargs or len(b.flat_proxy_outs) != 1:
+        return None
+    return sym.bind(*b.args, output=b.output).from_bsym(
+        header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
+    )
+
+
+def torch_forms_of_eager_scatters(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
+    """The eager scatters (:func:`eager_scatter`) bound as the torch executor's own symbols again:
+    on a final trace no fusion follows, so the two run the same kernel, and the torch executor's
+    is the form reinplacing knows (``index_copy(x, ..., out=x)``)."""
+    import thunder.executors.torchex as torchex_module
+
+    by_name = {sym.name: getattr(torchex_module, name) for name, sym in _EAGER_SCATTERS.items()}
+    out = []
+    for b in bsyms:
+        torch_sym = by_name.get(b.sym.name)
+        out.append(b if torch_sym is None else torch_sym.bind(*b.args, output=b.output).from_bsym(
+            header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
+        ))
+    return out
 
 
 def _pin_all(out: list[BoundSymbol], pending: list[int], pin) -> None:
@@ -801,6 +834,13 @@ def _unfuse_dying_slice_writes(out: list[BoundSymbol], sources: dict[str, str], 
     final trace it can write the input in place."""
     for src, x in sources.items():
         k = next((j for j, b in enumerate(out) if any(p.name == src for p in b.flat_proxy_outs)), None)
-        if k is not None and dying_slice_write(out, k, x, through):
+        if k is None or not dying_slice_write(out, k, x, through):
+            continue
+        # ``torch_compile_ex`` fuses whatever the torch executor runs, index_copy included (a
+        # KV-cache ``k_cache.index_copy_(2, pos, k)``): that one runs as the transform's own.
+        eager = eager_scatter(out[k])
+        if eager is not None:
+            out[k] = eager
+        else:
             claim_for_torch(out, k, trace)
     return out

@@ -703,7 +703,9 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
     from thunder_ext.final_barriers import is_del_or_clear, recompute_dels
     from thunder_ext.op_kinds import is_barrier, is_copy, is_return
 
-    bsyms = [b for b in trace.bound_symbols if not is_del_or_clear(b)]
+    from thunder_ext.inductor_regions import torch_forms_of_eager_scatters
+
+    bsyms = torch_forms_of_eager_scatters([b for b in trace.bound_symbols if not is_del_or_clear(b)])
     if any(is_barrier(b) for b in bsyms):
         return trace, 0
     inputs = input_names(trace)
