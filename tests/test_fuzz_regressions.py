@@ -2287,3 +2287,40 @@ def test_index_copy_whose_source_is_its_own_value_is_eager():
     make = lambda g: (_x(g), torch.tensor([1, 0]))  # noqa: E731
     assert_matches_eager(index_copy_from_the_value_copied_in, make, grad_modes=(False,),
                          configs=tuple(replace(c, entry=e) for c in (*CONFIGS, *TORCH_COMPILE) for e in ("jit", "thunderfx")))
+
+
+# -- soak seed 45000 (--rotate, both executors) ----------------------------------------------
+
+
+def write_into_a_view_of_a_broadcast(rm):
+    t0 = rm * -0.5
+    t3 = t0.expand(2, 3)
+    t4 = t3.mean(0)
+    t5 = t3[:, 1]
+    t5.sub_(t5)
+    return (t4,)
+
+
+def test_write_into_a_view_of_a_broadcast_is_refused_as_eager():
+    """Eager raises ("more than one element of the written-to tensor refers to a single memory
+    location"); the transform made the write a value and returned numbers in every cell (plain
+    Thunder raises with consecutive fusion).  Refused now (overlap.refuse_internally_overlapping_writes),
+    and a write into the same column of the base itself is still answered."""
+    from thunder_ext import OverlappingSourceError
+    from thunder_ext.testing.compare import error_in_chain
+
+    make = lambda g: (_stats()[0],)  # noqa: E731
+    configs = tuple(replace(c, entry=e) for c in (*CONFIGS, *TORCH_COMPILE) for e in ("jit", "thunderfx"))
+    assert_matches_eager(write_into_a_view_of_a_broadcast, make, grad_modes=(False,), configs=configs)
+    for config in configs:
+        v = differential(lambda: (write_into_a_view_of_a_broadcast, make(False), {}), config)
+        assert v.status == "refused" and error_in_chain(v.outcome.error, OverlappingSourceError), (config, v.detail)
+        assert "more than one element of the written-to tensor" in str(v.outcome.error)
+
+    def same_write_into_the_base(rm):
+        t0 = rm * -0.5
+        t4 = t0.expand(2, 3).mean(0)
+        t0[1:2].sub_(t0[1:2])
+        return (t4, t0)
+
+    assert_matches_eager(same_write_into_the_base, make, grad_modes=(False,), configs=configs)
