@@ -364,9 +364,13 @@ def _broadcast_in_view_chain(p: TensorProxy, producer: dict[str, BoundSymbol]) -
     which repeats elements of its base: checked first, so that the element replay runs only there."""
     for _ in range(256):
         b = producer.get(p.name)
-        aliased = None if b is None else next((a for o, a in effect_of(b).aliases if o.name == p.name), None)
+        effect = effect_of(b) if b is not None else None
+        aliased = None if b is None else next((a for o, a in effect.aliases if o.name == p.name), None)
         if aliased is None:
             return False
+        if effect.writes:  # an in-place op's output is its destination; its operands' broadcasts are no view
+            p = aliased
+            continue
         stack = [b]
         while stack:
             s = stack.pop()
