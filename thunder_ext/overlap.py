@@ -398,22 +398,17 @@ def refuse_internally_overlapping_writes(bsyms: list[BoundSymbol]) -> None:
     each position would have no single answer, and the transform made one (soak seed 45000).
     Only where the element replay tells: it never refuses on a guess here, as eager decides on
     the elements too."""
-    producer: dict[str, BoundSymbol] = {}
-    for b in bsyms:
-        for o in b.flat_proxy_outs:
-            if isinstance(o, TensorProxy):
-                producer.setdefault(o.name, b)
-    elements = None
+    elements = None  # built at the first write: its producer map serves the pre-check too
     for bsym in bsyms:
         effect = effect_of(bsym)
         if not effect.writes or is_return(bsym):
             continue
         if _writes_one_constant(bsym):
             continue  # the same value at every position: eager allows it (``zero_``, ``fill_``)
+        elements = elements or _Elements(bsyms)
         for dst in effect.writes:
-            if not _broadcast_in_view_chain(dst, producer) or _kind(bsym) != "elementwise":
+            if not _broadcast_in_view_chain(dst, elements.producer) or _kind(bsym) != "elementwise":
                 continue
-            elements = elements or _Elements(bsyms)
             written = _destination(bsym, elements, dst)
             if written is None or int(written[1].unique().numel()) == written[1].numel():
                 continue
