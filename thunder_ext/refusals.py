@@ -21,7 +21,7 @@ Class 6 is judged at the fusion stage instead (:func:`refuse_saved_tensor_mutati
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from thunder.core import dtypes, prims
 from thunder.core.compile_data import get_compile_data
@@ -146,6 +146,26 @@ def stripped_storage(trace: TraceCtx) -> tuple[list[BoundSymbol], AliasInfo]:
     return bsyms, storage_groups(bsyms, input_names(trace))
 
 
+def _no_grad_writes_through_input_views(
+    stripped: tuple[list[BoundSymbol], AliasInfo],
+) -> Iterator[tuple[BoundSymbol, TensorProxy, str, list[BoundSymbol]]]:
+    """Each write made under no-grad into an input's storage through another name: the bsym,
+    the name written, its storage group, and its view chain from the input (empty where it is
+    made otherwise, :func:`thunder_ext.alias_analysis.view_chain`)."""
+    bsyms, info = stripped
+    made_at: dict[str, int] = {}
+    for k, b in enumerate(bsyms):
+        for o in b.flat_proxy_outs:
+            made_at.setdefault(o.name, k)
+    for b, effect in zip(bsyms, info.effects):
+        if writes_with_grad(b):
+            continue
+        for w in effect.writes:
+            g = info.group_of(w)
+            if g in info.input_groups and w.name not in info.inputs:
+                yield b, w, g, view_chain(w.name, bsyms, info.effects, made_at, info.inputs)[1]
+
+
 def _no_grad_view_writes(stripped: tuple[list[BoundSymbol], AliasInfo]) -> tuple[dict[str, int], frozenset[str]]:
     """Per input group, its writes made under no-grad through views; and the groups where one
     such view is one ``torch_compile_ex`` regions cannot make again from the input (a reshape
@@ -159,23 +179,12 @@ def _no_grad_view_writes(stripped: tuple[list[BoundSymbol], AliasInfo]) -> tuple
     (:meth:`thunder_ext.inductor_regions.InductorRegions.replay_views_of_renamed_inputs`), and a
     single such write keeps its view inside its region (its rename is fused,
     :meth:`thunder_ext.inductor_regions.InductorRegions.rename_input_written_through_view`)."""
-    bsyms, info = stripped
-    made_at: dict[str, int] = {}
-    for k, b in enumerate(bsyms):
-        for o in b.flat_proxy_outs:
-            made_at.setdefault(o.name, k)
     writes: dict[str, int] = {}
     opaque: set[str] = set()
-    for b, effect in zip(bsyms, info.effects):
-        if writes_with_grad(b):
-            continue
-        for w in effect.writes:
-            g = info.group_of(w)
-            if g in info.input_groups and w.name not in info.inputs:
-                writes[g] = writes.get(g, 0) + 1
-                chain = view_chain(w.name, bsyms, info.effects, made_at, info.inputs)[1]
-                if not chain or any(_becomes_a_reshape(v) for v in chain):
-                    opaque.add(g)
+    for _, _, g, chain in _no_grad_writes_through_input_views(stripped):
+        writes[g] = writes.get(g, 0) + 1
+        if not chain or any(_becomes_a_reshape(v) for v in chain):
+            opaque.add(g)
     return writes, frozenset(opaque)
 
 
@@ -192,38 +201,27 @@ def refuse_opaque_view_written_twice(
     input back outside the graph, and this crashed instead.  One view written whole twice
     (``t0.mul_(2); t0.sin_()``) stays in one region, and is answered there."""
     bsyms, info = stripped
-    made_at: dict[str, int] = {}
-    for k, b in enumerate(bsyms):
-        for o in b.flat_proxy_outs:
-            made_at.setdefault(o.name, k)
     numel = {p.name: p.numel for b in bsyms for p in tensor_args(b) if p.name in info.inputs}
     first: dict[str, tuple[BoundSymbol, int, bool]] = {}  # group -> its first such write, its view, partial
-    for b, effect in zip(bsyms, info.effects):
-        if writes_with_grad(b):
+    for b, w, g, chain in _no_grad_writes_through_input_views(stripped):
+        base = next((n for n in info.inputs if info.group_of(n) == g and n in diff), None)
+        if g not in opaque or base is None or not chain:
             continue
-        for w in effect.writes:
-            g = info.group_of(w)
-            if g not in opaque or g not in info.input_groups or w.name in info.inputs:
-                continue
-            base = next((n for n in info.inputs if info.group_of(n) == g and n in diff), None)
-            chain = view_chain(w.name, bsyms, info.effects, made_at, info.inputs)[1]
-            if base is None or not chain:
-                continue
-            # A partial write (``t0[0] = x``) ends the region before the next write too.
-            partial = str(b.sym.name) == "setitem_" or w.numel < numel.get(base, w.numel)
-            view = id(chain[-1])
-            if g not in first:
-                first[g] = (b, view, partial)
-            elif first[g][1] != view or first[g][2] or partial:
-                raise ViewGradientError(
-                    f"`{base}` requires grad and is written under no-grad through two views made by "
-                    "`view` or `reshape`, which are reshapes that may copy after autodiff. "
-                    "torch_compile_ex cannot make such a view again in a later fusion region, and AOT "
-                    "autograd refuses a region that writes one handed on. Make the views by slicing or "
-                    "indexing, write outside the compiled function, or use the default executors",
-                    first[g][0],
-                    b,
-                )
+        # A partial write (``t0[0] = x``) ends the region before the next write too.
+        partial = str(b.sym.name) == "setitem_" or w.numel < numel.get(base, w.numel)
+        view = id(chain[-1])
+        if g not in first:
+            first[g] = (b, view, partial)
+        elif first[g][1] != view or first[g][2] or partial:
+            raise ViewGradientError(
+                f"`{base}` requires grad and is written under no-grad through two views made by "
+                "`view` or `reshape`, which are reshapes that may copy after autodiff. "
+                "torch_compile_ex cannot make such a view again in a later fusion region, and AOT "
+                "autograd refuses a region that writes one handed on. Make the views by slicing or "
+                "indexing, write outside the compiled function, or use the default executors",
+                first[g][0],
+                b,
+            )
 
 
 def _becomes_a_reshape(bsym: BoundSymbol) -> bool:
