@@ -89,12 +89,16 @@ class BarrierRemovalReport:
     # Epilogue copy_s of functional inputs made unnecessary by writing the input in place again
     # (thunder_ext.reinplace.reinplace_inputs; set by the transform).
     epilogues_reinplaced: int = 0
+    # Then the copy_s left, in runs of independent ones, as one foreach_copy_ call per run
+    # (thunder_ext.batched_copies; set by the transform).
+    copies_batched: int = 0
     # Inputs a fusion region writes (nvFuser: behind autograd's back), given eager's version
     # bump before the return (thunder_ext.nvfuser_forms.bump_written_versions; forward only).
     versions_bumped: int = 0
     why_kept: str = ""
     seconds: float = 0.0  # the removal alone
-    # The transform's whole final-trace hook: reinplace, this removal, reinplace_inputs, fold_copies.
+    # The transform's whole final-trace hook: reinplace, this removal, reinplace_inputs, fold_copies,
+    # batch_copies.
     hook_seconds: float = 0.0
     trace_with_barriers: TraceCtx | None = None  # the trace before the removal
 

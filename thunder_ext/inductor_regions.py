@@ -691,9 +691,10 @@ def _eager_scatters() -> dict[str, object]:
     torch's out-of-place kernel.  Registered on the executor, never on Thunder's module state."""
     import thunder.torch as ltorch
     import torch
-    from thunder.extend import OperatorExecutor
 
-    ex = OperatorExecutor("thunder_ext_eager")
+    from thunder_ext.eager_ops import eager_executor
+
+    ex = eager_executor()
     return {
         name: ex.register_operator(f"eager_{name}", like=getattr(ltorch, name), fn=getattr(torch, name))
         for name in ("index_copy", "index_add")

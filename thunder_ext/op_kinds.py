@@ -200,6 +200,9 @@ def effect_of(bsym: BoundSymbol) -> Effect:
         dst = bsym.flat_proxy_args[1]
         outs = tensor_outs(bsym)
         return Effect(writes=(dst,), aliases=tuple((o, dst) for o in outs[:1]))
+    if _is_foreach_copy(bsym):
+        dsts = tuple(p for p in bsym.args[1] if isinstance(p, TensorProxy))
+        return Effect(writes=dsts, aliases=tuple(zip(tensor_outs(bsym), dsts)))
     kind = view_kind(bsym)
     if kind is not None:
         args = tensor_args(bsym)
@@ -214,6 +217,13 @@ def effect_of(bsym: BoundSymbol) -> Effect:
             return _NO_EFFECT
         return Effect(writes=(args[0],), aliases=tuple((o, args[0]) for o in tensor_outs(bsym)[:1]))
     return _NO_EFFECT
+
+
+def _is_foreach_copy(bsym: BoundSymbol) -> bool:
+    """The transform's ``foreach_copy_(sources, destinations)`` (:mod:`thunder_ext.batched_copies`),
+    which writes every destination and returns each."""
+    executor = getattr(bsym.sym, "executor", None)
+    return bsym.sym.name == "foreach_copy_" and getattr(executor, "name", None) == "thunder_ext_eager"
 
 
 def _leaves(bsym: BoundSymbol):

@@ -98,6 +98,8 @@ def removal_report_headline(report) -> str:
         parts.append(f"{report.epilogues_reinplaced} input write(s) back in place")
     if report.copies_folded:
         parts.append(f"{report.copies_folded} copy_ folded into out=")
+    if getattr(report, "copies_batched", 0):
+        parts.append(f"{report.copies_batched} copy_ batched into foreach_copy_")
     if getattr(report, "versions_bumped", 0):
         parts.append(f"{report.versions_bumped} input version(s) bumped after nvFuser wrote them")
     if report.kept:

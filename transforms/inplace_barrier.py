@@ -40,6 +40,7 @@ from thunder_ext.integration import install_barrier_stage, reports_for
 from thunder_ext.overlap import refuse_overlapping_sources
 from thunder_ext.logs import log_refusal, log_removal, log_report, log_split
 from thunder_ext.nvfuser_forms import bump_written_versions
+from thunder_ext.batched_copies import batch_copies
 from thunder_ext.reinplace import fold_copies, reinplace, reinplace_inputs
 from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients, stripped_storage
 from thunder_ext.validation import require_bool
@@ -128,6 +129,9 @@ class InplaceBarrierTransform(thunder.Transform):
             # With no barrier left, an op whose result only a copy_ reads can write the copy's
             # destination itself (thunder_ext.reinplace.fold_copies).
             new, removal.copies_folded = fold_copies(new, aliased)
+            # The copies left (torch_compile_ex's epilogue) run as one call per run of them
+            # (thunder_ext.batched_copies).
+            new, removal.copies_batched = batch_copies(new, aliased)
         else:
             top, in_regions = count_barriers(new)
             removal = BarrierRemovalReport(
