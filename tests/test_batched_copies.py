@@ -13,7 +13,7 @@ import thunder
 import torch
 from thunder.executors.torch_compile import torch_compile_ex
 
-from support import MATRIX, config_id
+from support import MATRIX, config_id, requires_cuda
 from thunder_ext.testing.compare import Config, differential
 from thunder_ext.transforms import InplaceBarrierTransform
 
@@ -138,3 +138,18 @@ def test_a_copy_with_a_leaf_check_stays_one_copy():
     assert _batched(_copies(pairs, grad_enabled={0}, requires_grad={"a"})) == (0, [])
     assert _batched(_copies(pairs, grad_enabled={0})) == (2, [["a", "b"]])
     assert _batched(_copies(pairs, requires_grad={"a"})) == (2, [["a", "b"]])
+
+
+@pytest.mark.gpu
+@requires_cuda
+@pytest.mark.parametrize("fusion_type", ["dataflow", "consecutive"])
+def test_the_batched_epilogue_on_cuda_matches_eager(fusion_type):
+    """On CUDA ``torch._foreach_copy_`` may run every copy as one kernel."""
+    args = tuple(a.cuda() for a in _ema_args(False))
+    expected = [a.clone() for a in args]
+    out_expected = ema_three(*expected)
+    got = [a.clone() for a in args]
+    jf, final = _final(ema_three, [a.clone() for a in args], fusion_type)
+    torch.testing.assert_close(jf(*got), out_expected)
+    torch.testing.assert_close(got, expected)  # Inductor's Triton kernels may fuse a multiply-add
+    assert len(_top(final, "foreach_copy_")) == 1, str(final)
