@@ -2324,3 +2324,24 @@ def test_write_into_a_view_of_a_broadcast_is_refused_as_eager():
         return (t4, t0)
 
     assert_matches_eager(same_write_into_the_base, make, grad_modes=(False,), configs=configs)
+
+
+# -- soak seed 46000 (--rotate, both executors) ----------------------------------------------
+
+
+def read_of_a_written_row_recomputed_before_the_epilogue(a):
+    t0 = a[0]
+    with torch.no_grad():
+        t0.add_(0.5)
+    t1 = t0.sin()
+    return (t1,)
+
+
+def test_a_recomputed_read_through_a_view_of_the_old_version_is_no_hazard():
+    """torch_compile_ex, consecutive fusion: the region of ``t0.sin()`` recomputes ``t0 + 0.5``
+    from ``a[0]``, before ``a``'s epilogue ``copy_``.  The read goes through ``a[0]``, a view of the
+    version the copy overwrites; the checker took only that version's own name (or an older one)
+    as such a read and refused a right final trace (a needless refusal: ``check=True`` is the
+    default).  A view made from it by views alone is the same version now (checker._Versions)."""
+    configs = tuple(replace(c, entry=e) for c in (*CONFIGS, *TORCH_COMPILE) for e in ("jit", "thunderfx"))
+    assert_matches_eager(read_of_a_written_row_recomputed_before_the_epilogue, lambda g: (_x(g),), configs=configs)

@@ -46,7 +46,7 @@ from thunder.core.trace import TraceCtx
 from thunder_ext.alias_analysis import accessed_groups, input_names, storage_groups
 from thunder_ext.dead_writes import dead_inplace_ops
 from thunder_ext.errors import InplaceOrderingError
-from thunder_ext.op_kinds import PrimIDs, describe, is_fusion, is_return
+from thunder_ext.op_kinds import PrimIDs, describe, effect_of, is_fusion, is_return
 from thunder_ext.validation import require_trace
 
 
@@ -173,7 +173,24 @@ class _Versions:
         if not written or not written <= renamed:
             return False
         read = self.touched(j, group)
-        return bool(read) and read <= written | self._ancestors(written)
+        older = written | self._ancestors(written)
+        return bool(read) and all(self._view_of(r, older) for r in read)
+
+    def _view_of(self, name: str, versions: set[str]) -> bool:
+        """``name`` is one of ``versions``, or a view made from one by views alone (``a[0]`` of
+        ``a``): the same version of the storage, under another name."""
+        for _ in range(10_000):
+            if name in versions:
+                return True
+            b = self.producer.get(name)
+            if b is None:
+                return False
+            effect = effect_of(b)
+            source = next((a.name for o, a in effect.aliases if o.name == name), None)
+            if not effect.is_view or effect.writes or source is None:
+                return False
+            name = source
+        return False
 
     def in_program_order(self, kind: str, j: int, i: int, group: str) -> Violation:
         """The pair (j earlier in the trace, i later), reversed when i touched an older version than j."""
