@@ -38,16 +38,16 @@ import time
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance
-from thunder.executors.torchex import ex as torchex
 
 from thunder_ext.alias_analysis import input_names, storage_groups
 from thunder_ext.eager_ops import foreach_copy
 from thunder_ext.op_kinds import is_copy
+from thunder_ext.reinplace import _torchex_name
 
 
 def _plain_copy(c: BoundSymbol) -> tuple[TensorProxy, TensorProxy] | None:
     """(source, destination) of a copy a run may take (see the invariants), or None."""
-    if getattr(c.sym, "executor", None) is not torchex or c.sym.name != "copy_" or not is_copy(c) or len(c.args) < 2:
+    if _torchex_name(c) != "copy_" or not is_copy(c) or len(c.args) < 2:
         return None
     src, dst = c.args[0], c.args[1]
     if not isinstance(src, TensorProxy) or not isinstance(dst, TensorProxy):

@@ -46,7 +46,7 @@ from thunder.core.trace import TraceCtx
 from thunder_ext.alias_analysis import accessed_groups, input_names, storage_groups
 from thunder_ext.dead_writes import dead_inplace_ops
 from thunder_ext.errors import InplaceOrderingError
-from thunder_ext.op_kinds import PrimIDs, describe, effect_of, is_fusion, is_return
+from thunder_ext.op_kinds import PrimIDs, describe, is_fusion, is_return
 from thunder_ext.validation import require_trace
 
 
@@ -138,10 +138,10 @@ class _Versions:
     def __init__(self, bsyms: list[BoundSymbol], info) -> None:
         self.bsyms = bsyms
         self.info = info
-        self.producer: dict[str, BoundSymbol] = {}
-        for b in bsyms:
+        self.producer: dict[str, int] = {}  # name -> index of the bsym that first made it
+        for k, b in enumerate(bsyms):
             for p in b.flat_proxy_outs:
-                self.producer.setdefault(p.name, b)
+                self.producer.setdefault(p.name, k)
 
     def touched(self, i: int, group: str) -> set[str]:
         """The proxies of ``group`` that bsym ``i`` writes, or, if it writes none there, reads."""
@@ -155,10 +155,10 @@ class _Versions:
         seen: set[str] = set()
         todo = list(names)
         while todo:
-            b = self.producer.get(todo.pop())
-            if b is None:
+            k = self.producer.get(todo.pop())
+            if k is None:
                 continue
-            for p in b.flat_proxy_args:
+            for p in self.bsyms[k].flat_proxy_args:
                 if p.name not in seen:
                     seen.add(p.name)
                     todo.append(p.name)
@@ -182,10 +182,10 @@ class _Versions:
         for _ in range(10_000):
             if name in versions:
                 return True
-            b = self.producer.get(name)
-            if b is None:
+            k = self.producer.get(name)
+            if k is None:
                 return False
-            effect = effect_of(b)
+            effect = self.info.effects[k]
             source = next((a.name for o, a in effect.aliases if o.name == name), None)
             if not effect.is_view or effect.writes or source is None:
                 return False

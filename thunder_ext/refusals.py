@@ -77,12 +77,14 @@ def refuse_unsupported_gradients(
     """
     names = frozenset(input_names(before))
     stripped = stripped or stripped_storage(before)  # the class-9, overwrite and ThunderFX checks read it
-    writes, opaque = _no_grad_view_writes(stripped) if inductor else ({}, frozenset())
+    # One walk over the no-grad writes through input views, read by both torch_compile_ex checks.
+    view_writes = list(_no_grad_writes_through_input_views(stripped)) if inductor else []
+    writes, opaque = _no_grad_view_writes(view_writes)
     group_of = stripped[1].group_of
     returned_whole = frozenset(n for n in names if not (writes.get(group_of(n), 0) > 1 and group_of(n) in opaque))
     refuse_view_gradients(report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque)
     if inductor:
-        refuse_opaque_view_written_twice(stripped, diff, opaque)
+        refuse_opaque_view_written_twice(stripped, view_writes, diff, opaque)
     placed = stripped_storage(after)  # one analysis of the placed trace, for the two checks that read it
     refuse_returned_input_with_new_history(after, diff, placed)
     if graph_module:
@@ -146,9 +148,11 @@ def stripped_storage(trace: TraceCtx) -> tuple[list[BoundSymbol], AliasInfo]:
     return bsyms, storage_groups(bsyms, input_names(trace))
 
 
-def _no_grad_writes_through_input_views(
-    stripped: tuple[list[BoundSymbol], AliasInfo],
-) -> Iterator[tuple[BoundSymbol, TensorProxy, str, list[BoundSymbol]]]:
+# A no-grad write through a view of an input: the bsym, the name written, its group, its view chain.
+_ViewWrite = tuple[BoundSymbol, TensorProxy, str, list[BoundSymbol]]
+
+
+def _no_grad_writes_through_input_views(stripped: tuple[list[BoundSymbol], AliasInfo]) -> Iterator[_ViewWrite]:
     """Each write made under no-grad into an input's storage through another name: the bsym,
     the name written, its storage group, and its view chain from the input (empty where it is
     made otherwise, :func:`thunder_ext.alias_analysis.view_chain`)."""
@@ -166,8 +170,9 @@ def _no_grad_writes_through_input_views(
                 yield b, w, g, view_chain(w.name, bsyms, info.effects, made_at, info.inputs)[1]
 
 
-def _no_grad_view_writes(stripped: tuple[list[BoundSymbol], AliasInfo]) -> tuple[dict[str, int], frozenset[str]]:
-    """Per input group, its writes made under no-grad through views; and the groups where one
+def _no_grad_view_writes(view_writes: Sequence[_ViewWrite]) -> tuple[dict[str, int], frozenset[str]]:
+    """Per input group, its writes made under no-grad through views (``view_writes``:
+    :func:`_no_grad_writes_through_input_views`); and the groups where one
     such view is one ``torch_compile_ex`` regions cannot make again from the input (a reshape
     that may copy, a ``view``, which autodiff makes one, a computed index).
 
@@ -181,7 +186,7 @@ def _no_grad_view_writes(stripped: tuple[list[BoundSymbol], AliasInfo]) -> tuple
     :meth:`thunder_ext.inductor_regions.InductorRegions.rename_input_written_through_view`)."""
     writes: dict[str, int] = {}
     opaque: set[str] = set()
-    for _, _, g, chain in _no_grad_writes_through_input_views(stripped):
+    for _, _, g, chain in view_writes:
         writes[g] = writes.get(g, 0) + 1
         if not chain or any(_becomes_a_reshape(v) for v in chain):
             opaque.add(g)
@@ -189,7 +194,7 @@ def _no_grad_view_writes(stripped: tuple[list[BoundSymbol], AliasInfo]) -> tuple
 
 
 def refuse_opaque_view_written_twice(
-    stripped: tuple[list[BoundSymbol], AliasInfo], diff: set[str], opaque: frozenset[str]
+    stripped: tuple[list[BoundSymbol], AliasInfo], view_writes: Sequence[_ViewWrite], diff: set[str], opaque: frozenset[str]
 ) -> None:
     """With ``torch_compile_ex``: an input that requires grad, written under no-grad through two
     different views its regions cannot make again (``opaque``, :func:`_no_grad_view_writes`;
@@ -203,7 +208,7 @@ def refuse_opaque_view_written_twice(
     bsyms, info = stripped
     numel = {p.name: p.numel for b in bsyms for p in tensor_args(b) if p.name in info.inputs}
     first: dict[str, tuple[BoundSymbol, int, bool]] = {}  # group -> its first such write, its view, partial
-    for b, w, g, chain in _no_grad_writes_through_input_views(stripped):
+    for b, w, g, chain in view_writes:
         base = next((n for n in info.inputs if info.group_of(n) == g and n in diff), None)
         if g not in opaque or base is None or not chain:
             continue
