@@ -2,9 +2,10 @@
 
 Eager reads such a source as its kernel goes, so the answer depends on the kernel's visiting
 order; Thunder reads it first.  The transform refuses those ops, except a plain ``copy_``,
-whose storage stays in place, where Thunder's ``copy_`` reads as eager's does, and an
-``index_copy_`` or ``index_add_`` without gradients, which is written one index entry at a
-time, in eager's order (thunder_ext.index_order).  Disjoint views of one tensor, and a source
+whose storage stays in place, where Thunder's ``copy_`` reads as eager's does (a ``setitem_``
+with a basic key and without gradients is written as that ``copy_``, into the view its key
+selects), and an ``index_copy_`` or ``index_add_`` without gradients, which is written one
+index entry at a time, in eager's order (thunder_ext.index_order).  Disjoint views of one tensor, and a source
 at the same positions (``a.add_(a)``), are not refused.  Each program is judged against eager
 and plain Thunder by the fuzzer's verdict rule.
 """
@@ -48,8 +49,23 @@ def add_from_columns_shifted_by_one(a):
 
 
 def setitem_from_columns_shifted_by_one(a):
-    a[:, 1:] = a[:, :2]
+    a[:, 1:] = a[:, :2]  # eager reads column 1 after writing it: plain Thunder, reading first, is wrong
     return (a,)
+
+
+def setitem_of_a_strided_column_into_a_row_of_a_reshape(a):
+    """Soak seed 46000: the source's element 0 is the row's element 1; eager's kernel reads it
+    first, so plain Thunder is right, and a refusal was needless."""
+    with torch.no_grad():
+        t0 = a[:, 1]
+        t2 = a.reshape(3, 4)
+        t2[0] = t0
+    return (a,)
+
+
+def setitem_from_the_diagonally_shifted_block_then_read(a):
+    a[1:, :2] = a[:3, 1:]  # read as it goes, then read whole by the sum
+    return (a.sum(0), a[0] * 2)
 
 
 def index_copy_from_columns_shifted_by_one(a):
@@ -120,12 +136,21 @@ ANSWERED = [
     add_between_disjoint_rows,
     copy_from_columns_shifted_by_one,
     setitem_between_disjoint_rows,
+    setitem_from_columns_shifted_by_one,
+    setitem_of_a_strided_column_into_a_row_of_a_reshape,
+    setitem_from_the_diagonally_shifted_block_then_read,
 ]
 
 
 def private_copy_from_columns_shifted_by_one(a):
     t = a.cos()
     t[:, 1:].copy_(t[:, :2])  # kept in place with the default executors, refused with Inductor's
+    return (t + 1,)
+
+
+def private_setitem_from_columns_shifted_by_one(a):
+    t = a.cos()
+    t[:, 1:] = t[:, :2]  # a copy_ into t[:, 1:]: kept in place as above
     return (t + 1,)
 
 
@@ -156,7 +181,9 @@ def test_index_writes_are_split_in_eager_order(order):
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
 
 
-@pytest.mark.parametrize("fn", [index_copy_reading_rows_it_wrote, index_add_from_a_strided_view])
+@pytest.mark.parametrize(
+    "fn", [index_copy_reading_rows_it_wrote, index_add_from_a_strided_view, setitem_of_a_strided_column_into_a_row_of_a_reshape]
+)
 def test_index_writes_are_split_through_thunderfx(fn):
     cells = judge_function(fn, lambda g: (_a(g),), grad_modes=(False,), configs=FX_CELLS).cells
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
@@ -167,13 +194,54 @@ def _non_leaf(grad: bool) -> torch.Tensor:
     return x * 1 if grad else x
 
 
-@pytest.mark.parametrize("fn", [index_copy_from_a_strided_view_it_overwrites, index_add_from_a_strided_view])
+def setitem_from_columns_shifted_by_one_of_a_non_leaf(a):
+    t = a * 1
+    t[:, 1:] = t[:, :2]
+    return (t,)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [index_copy_from_a_strided_view_it_overwrites, index_add_from_a_strided_view, setitem_from_columns_shifted_by_one_of_a_non_leaf],
+)
 def test_index_write_with_gradients_is_not_split(fn):
     """Eager's backward reads the source as it was before the op, its forward as the kernel goes:
     one functional program cannot give both, so a split write with gradients is refused."""
     cells = judge_function(fn, lambda g: (_non_leaf(g),), grad_modes=(True,), configs=CELLS).cells
     assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
     assert all("OverlappingSourceError" in c.detail for c in cells), "\n".join(map(str, cells))
+
+
+def test_setitem_is_reported_and_runs_as_a_copy_into_its_view():
+    import thunder
+
+    from thunder_ext import InplaceBarrierTransform, last_reports
+
+    jf = thunder.jit(setitem_from_columns_shifted_by_one, transforms=[InplaceBarrierTransform()])
+    a = torch.randn(4, 3)
+    expected = a.clone()
+    setitem_from_columns_shifted_by_one(expected)
+    jf(a)
+    assert torch.equal(a, expected)
+    split = last_reports(jf)[-1].overlaps.split
+    assert len(split.split) == 1 and split.split[0].startswith("setitem_ of ") and "a view and a copy_" in split.split[0]
+    final = str(thunder.last_traces(jf)[-1])
+    assert "setitem" not in final and "copy_(" in final
+
+
+def test_setitem_with_a_tensor_key_is_left_whole_and_refused():
+    """A tensor key is advanced indexing: eager runs ``index_put_``, not a copy_ into a view."""
+    import thunder
+
+    from thunder_ext import InplaceBarrierTransform, OverlappingSourceError
+
+    def fn(a):
+        a[:, torch.tensor([1, 2])] = a[:, :2]
+        return (a,)
+
+    jf = thunder.jit(fn, transforms=[InplaceBarrierTransform()])
+    with pytest.raises(OverlappingSourceError, match="setitem_"):
+        jf(torch.randn(4, 3))
 
 
 def test_split_is_reported_and_each_entry_is_one_write():
@@ -196,7 +264,7 @@ def test_split_is_reported_and_each_entry_is_one_write():
 
 @pytest.mark.parametrize(
     "fn, refused_with",
-    [(private_copy_from_columns_shifted_by_one, "torch_compile"), (setitem_from_columns_shifted_by_one, "default")],
+    [(private_copy_from_columns_shifted_by_one, "torch_compile"), (private_setitem_from_columns_shifted_by_one, "torch_compile")],
     ids=lambda x: getattr(x, "__name__", x),
 )
 def test_copy_is_kept_in_place_or_refused_by_executor(fn, refused_with):

@@ -23,6 +23,20 @@ Each entry is then checked by :mod:`thunder_ext.overlap` like an elementwise op 
 row the index may name: a source row that overlaps a destination row at other positions is
 still refused.
 
+A ``setitem_`` with a basic key (ints, slices, ``None``, ``...``) is, in eager, a ``copy_`` into
+the view its key selects, which reads its source as the kernel goes.  Thunder's ``setitem_``
+reads the whole source first, so one whose source overlaps what it writes is written as that
+view and that ``copy_``, which Thunder runs in place, as eager does (soak seed 46000)::
+
+    before                                      after
+    t1 = ltorch.getitem(a, (slice(None), 1))    t1 = ltorch.getitem(a, (slice(None), 1))
+    t2 = ltorch.reshape(a, 3, 4)                t2 = ltorch.reshape(a, 3, 4)
+    t4 = ltorch.setitem_(t2, 0, t1)             t5 = ltorch.getitem(t2, 0)
+    return (t4,)                                t6 = ltorch.copy_(t5, t1)
+                                                return (t2,)
+
+(a later read of the ``setitem_``'s result reads its destination, the storage the ``copy_`` wrote).
+
 Not split (left to the overlap refusal):
 
 * an op not in :data:`SPLIT_BY_ENTRY`: the other index and mask kernels (``scatter_``,
@@ -33,7 +47,8 @@ Not split (left to the overlap refusal):
   functional program reproduces;
 * a source whose elements the overlap check could not tell apart from the destination's;
 * a source and destination eager's own overlap check sees (both dense, their memory meeting):
-  eager raises, and so does the overlap check.
+  eager raises, and so does the overlap check;
+* a ``setitem_`` with a tensor (advanced) key, which eager runs as ``index_put_``,.
 """
 
 from __future__ import annotations
@@ -60,6 +75,27 @@ class SplitReport:
 
     split: list[str] = field(default_factory=list)  # "index_copy_ of t1 into 2 entries"
     left: dict[str, str] = field(default_factory=dict)  # output name -> why it stays one write
+
+
+def _basic_key(key) -> bool:
+    """Whether a ``setitem_`` key selects a view (ints, slices, ``None``, ``...``, or a tuple of them)."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return all(k is None or k is Ellipsis or isinstance(k, slice) or (isinstance(k, int) and not isinstance(k, bool)) for k in parts) and all(
+        not isinstance(x, TensorProxy) for k in parts if isinstance(k, slice) for x in (k.start, k.stop, k.step)
+    )
+
+
+def _why_not_a_copy(bsym: BoundSymbol, eager_refuses: bool, differentiable: frozenset[str]) -> str | None:
+    """Why a ``setitem_`` (an overlapping write) stays one write; None when it becomes a view and a ``copy_``."""
+    if eager_refuses:
+        return "eager refuses it (both are dense, and their memory meets)"
+    if len(bsym.args) != 3 or not isinstance(bsym.args[0], TensorProxy) or not isinstance(bsym.args[2], TensorProxy):
+        return "its arguments are not (destination, key, tensor value)"
+    if not _basic_key(bsym.args[1]):
+        return "its key is not basic indexing (eager runs index_put_)"
+    if not copies_without_grad(bsym) and any(p.name in differentiable for p in (bsym.args[0], bsym.args[2])):
+        return "the write carries gradients"
+    return None
 
 
 def _why_not(bsym: BoundSymbol, certain: bool, eager_refuses: bool, differentiable: frozenset[str]) -> str | None:
@@ -99,7 +135,10 @@ def split_overlapping_index_writes(
     report = SplitReport()
     targets: set[int] = set()
     for o in find_overlaps(bsyms, info):
-        why = _why_not(o.bsym, o.certain, o.eager_refuses, differentiable)
+        if o.bsym.sym.id == ltorch.setitem_.id:
+            why = _why_not_a_copy(o.bsym, o.eager_refuses, differentiable)
+        else:
+            why = _why_not(o.bsym, o.certain, o.eager_refuses, differentiable)
         if why is None:
             targets.add(id(o.bsym))
         else:
@@ -117,6 +156,13 @@ def split_overlapping_index_writes(
         if not split:
             out.append(bsym)
             continue
+        if bsym.sym.id == ltorch.setitem_.id:
+            out += _view_and_copy(new, bsym)
+            # Its result is its destination, written: a later read of it reads the destination,
+            # which the storage groups order after the copy_ like any read of written storage.
+            swap[variableify(tensor_outs(bsym)[0])] = bsym.args[0]
+            report.split.append(f"setitem_ of {bsym.args[0].name} into a view and a copy_")
+            continue
         entries, last, n = _entries(new, bsym)
         out += entries
         swap[variableify(tensor_outs(bsym)[0])] = last
@@ -124,6 +170,26 @@ def split_overlapping_index_writes(
     new.bound_symbols = out
     new.set_provenance(TraceProvenance("Split overlapping index writes into one write per entry (thunder_ext)"))
     return new, report
+
+
+def _view_and_copy(new: TraceCtx, bsym: BoundSymbol) -> list[BoundSymbol]:
+    """``setitem_(dst, key, value)`` as ``dst[key].copy_(value)``, recorded in ``new``."""
+    dst, key, value = bsym.args
+    with tracectx(new):
+        new.push_scope([])
+        ltorch.copy_(ltorch.getitem(dst, key), value)
+        recorded = new.pop_scope()
+    return _placed(recorded, bsym)
+
+
+def _placed(recorded: list[BoundSymbol], bsym: BoundSymbol) -> list[BoundSymbol]:
+    # Each keeps the user's line (for messages), and the grad mode its copy_ was traced in:
+    # Thunder reads it from the compilation, which is no longer tracing the user's function.
+    flag = not copies_without_grad(bsym)
+    return [
+        _with_grad_mode(b, flag).from_bsym(source_filename=bsym.source_filename, source_positions=bsym.source_positions)
+        for b in recorded
+    ]
 
 
 def _entries(new: TraceCtx, bsym: BoundSymbol) -> tuple[list[BoundSymbol], TensorProxy, int]:
@@ -139,14 +205,7 @@ def _entries(new: TraceCtx, bsym: BoundSymbol) -> tuple[list[BoundSymbol], Tenso
             row = ltorch.getitem(source, (*lead, slice(i, i + 1)))
             last = bsym.sym(dst, dim, entry, row)
         recorded = new.pop_scope()
-    # Each entry keeps the user's line (for messages), and the grad mode its copy_ was traced in:
-    # Thunder reads it from the compilation, which is no longer tracing the user's function.
-    flag = not copies_without_grad(bsym)
-    placed = [
-        _with_grad_mode(b, flag).from_bsym(source_filename=bsym.source_filename, source_positions=bsym.source_positions)
-        for b in recorded
-    ]
-    return placed, last, n
+    return _placed(recorded, bsym), last, n
 
 
 def _with_grad_mode(bsym: BoundSymbol, grad_enabled: bool) -> BoundSymbol:
