@@ -939,7 +939,32 @@ def _place(
 ) -> tuple[_Placer, list[BoundSymbol]]:
     """Step 4: one placement walk over ``bsyms``."""
     placer = _Placer(options, bsyms, remat_writes=remat, differentiable=diff)
-    return placer, placer.run()
+    out = placer.run()
+    keep = _not_dead_views(out)
+    if len(keep) < len(out):
+        placer.origin = [placer.origin[k] for k in keep]
+        out = [out[k] for k in keep]
+    return placer, out
+
+
+def _not_dead_views(out: list[BoundSymbol]) -> list[int]:
+    """Positions of ``out`` less the views nothing reads any more.
+
+    A view the walk made again from an input's newest name (Inductor's regions) leaves the one it
+    replaces unread.  Fusion must not see a dead value: rematerialization would recompute it in
+    a later region from its producer, a write included, and run that write twice (remat_guard).
+    Only views, which read no data; anything else the placement leaves is read or is a write.
+    """
+    read: set[str] = set()
+    keep: list[int] = []
+    for k in range(len(out) - 1, -1, -1):
+        b = out[k]
+        effect = effect_of(b)
+        dead = effect.is_view and not effect.writes and not is_return(b) and not any(p.name in read for p in b.flat_proxy_outs)
+        if not dead:
+            keep.append(k)
+            read.update(p.name for p in b.flat_proxy_args)
+    return keep[::-1]
 
 
 def _place_without_dead_writes(trace, options: PlacementOptions, stripped: list[BoundSymbol]):

@@ -81,7 +81,9 @@ def refuse_unsupported_gradients(
     view_writes = list(_no_grad_writes_through_input_views(stripped)) if inductor else []
     writes, opaque = _no_grad_view_writes(view_writes)
     group_of = stripped[1].group_of
-    returned_whole = frozenset(n for n in names if not (writes.get(group_of(n), 0) > 1 and group_of(n) in opaque))
+    returned_whole = _with_whole_write_outputs(
+        stripped, frozenset(n for n in names if not (writes.get(group_of(n), 0) > 1 and group_of(n) in opaque))
+    )
     refuse_view_gradients(report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque)
     if inductor:
         refuse_opaque_view_written_twice(stripped, view_writes, diff, opaque)
@@ -227,6 +229,18 @@ def refuse_opaque_view_written_twice(
                 first[g][0],
                 b,
             )
+
+
+def _with_whole_write_outputs(stripped: tuple[list[BoundSymbol], AliasInfo], whole: frozenset[str]) -> frozenset[str]:
+    """``whole`` (input names) and the outputs of in-place ops that write one of them whole and
+    return it (``c.mul_(2.0)``, which the interpreter names from then on): the return of such a
+    name is the return of the input (soak seed 46000, ``c[0].lerp_`` after it under no-grad)."""
+    names = set(whole)
+    for b, effect in zip(stripped[0], stripped[1].effects):
+        for o, a in effect.aliases:
+            if a.name in names and any(a is w for w in effect.writes) and tuple(o.shape) == tuple(a.shape):
+                names.add(o.name)
+    return frozenset(names)
 
 
 def _becomes_a_reshape(bsym: BoundSymbol) -> bool:
