@@ -87,6 +87,7 @@ def refuse_unsupported_gradients(
     refuse_view_gradients(report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque)
     if inductor:
         refuse_opaque_view_written_twice(stripped, view_writes, diff, opaque)
+        refuse_opaque_view_used_after_its_write(stripped, view_writes, diff, opaque, returned_whole)
     placed = stripped_storage(after)  # one analysis of the placed trace, for the two checks that read it
     refuse_returned_input_with_new_history(after, diff, placed)
     if graph_module:
@@ -231,6 +232,54 @@ def refuse_opaque_view_written_twice(
             )
 
 
+def refuse_opaque_view_used_after_its_write(
+    stripped: tuple[list[BoundSymbol], AliasInfo],
+    view_writes: Sequence[_ViewWrite],
+    diff: set[str],
+    opaque: frozenset[str],
+    whole: frozenset[str],
+) -> None:
+    """With ``torch_compile_ex``: after a write made under no-grad through a view its regions
+    cannot make again (``opaque``, :func:`_no_grad_view_writes`) of an input that requires grad,
+    any use of a name of that storage made up to the write, the return included (``t0 =
+    a.view(4, 3)``, ``t0.mul_(w)`` under no-grad, then ``t0.cos()`` or ``return t0``).  The
+    write's region would hand the name on, and AOT autograd refuses it ("A view was created in
+    no_grad mode ..."; plain Thunder crashes the same way).  Not the input's own names
+    (``whole``: the input, and what in-place ops that write it whole return): they take the
+    input as the write's region renamed it (``b.view(-1).clamp_(-1, 1)`` under no-grad, then
+    ``b.sin()``), and neither do views made after the write, from them."""
+    bsyms, info = stripped
+    at = {id(b): k for k, b in enumerate(bsyms)}
+    for b, w, g, chain in view_writes:
+        base = next((n for n in info.inputs if info.group_of(n) == g and n in diff), None)
+        if g not in opaque or base is None or id(b) not in at:
+            continue
+        k = at[id(b)]
+        names = {
+            p.name
+            for made in bsyms[: k + 1]
+            for p in made.flat_proxy_outs
+            if isinstance(p, TensorProxy) and p.name in info.groups and info.group_of(p) == g and p.name not in whole
+        }
+        for later in bsyms[k + 1 :]:
+            if any(later is v and h == g for v, _, h, _ in view_writes):
+                continue  # another such write: refuse_opaque_view_written_twice judges it
+            used = returned_data(later) if is_return(later) else {p.name for p in later.flat_proxy_args}
+            hit = next((n for n in sorted(used) if n in names), None)
+            if hit is None:
+                continue
+            raise ViewGradientError(
+                f"`{hit}` is used after a write made under no-grad through `{w.name}`, a view of "
+                f"`{base}` (which requires grad) made by `view` or `reshape`, which is a reshape that "
+                "may copy after autodiff. torch_compile_ex cannot make that view again in a later "
+                "fusion region, and AOT autograd refuses a region that hands it on (plain Thunder "
+                f"crashes there). Read `{base}` itself after the write, make the view by slicing or "
+                "indexing, write outside the compiled function, or use the default executors",
+                b,
+                later,
+            )
+
+
 def _with_whole_write_outputs(stripped: tuple[list[BoundSymbol], AliasInfo], whole: frozenset[str]) -> frozenset[str]:
     """``whole`` (input names) and the outputs of in-place ops that write one of them whole and
     return it (``c.mul_(2.0)``, which the interpreter names from then on): the return of such a
@@ -269,10 +318,11 @@ def refuse_view_gradients(
     read differentiates into the tensor as it was (``t0 = a[:2]``, ``t0.mul_(2)`` under no-grad,
     then ``a * 3``: ``a`` gets 3), and so does the read's barrier, whose VJP is the identity.  A
     backward that reads the value such a write replaced is class 6, judged at the fusion stage.
-    With ``torch_compile_ex``, such a read stays refused where the write went through a view of
-    a grad-requiring input that the regions cannot make again (``opaque``, see
-    :func:`_no_grad_view_writes`), and so does the return of a whole input (``inputs`` leaves
-    out those written so twice).
+    With ``torch_compile_ex``, the return of a stale name stays refused where the write went
+    through a view of a grad-requiring input that the regions cannot make again (``opaque``, see
+    :func:`_no_grad_view_writes`), and so does the return of a whole input written so twice
+    (``inputs`` leaves those out); a read through such a view is refused by
+    :func:`refuse_opaque_view_used_after_its_write`.
 
     Nor the return after a no-grad write when nothing it returns carries a gradient, or when it
     reads the stale name only as an input's final state (``flat_args``) and that name is no
@@ -286,8 +336,8 @@ def refuse_view_gradients(
         # writes a value Thunder's VJP treats as constant.
         effect = effect_of(ar.write)
         no_grad_write = not writes_with_grad(ar.write)
-        if no_grad_write and not is_return(ar.read) and not opaque(ar.written):
-            continue
+        if no_grad_write and not is_return(ar.read):
+            continue  # with torch_compile_ex, a read through an opaque view: refuse_opaque_view_used_after_its_write
         if no_grad_write and is_return(ar.read):
             if ar.proxy.name in inputs:
                 continue
