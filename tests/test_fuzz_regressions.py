@@ -2438,3 +2438,25 @@ def test_the_written_view_used_after_a_no_grad_write_is_refused_with_torch_compi
         v = differential(lambda: (fn, make(True), {}), config)
         assert error_in_chain(v.outcome.error, ViewGradientError), v.detail
         assert "is used after a write made under no-grad" in str(v.outcome.error)
+
+
+# -- soak seed 48000 (--rotate, both executors) ----------------------------------------------
+
+
+def no_grad_writes_after_batch_norm_then_only_the_stats_returned(a, rm, rv):
+    t1 = F.batch_norm(a, rm, rv, training=True, momentum=0.1)
+    with torch.no_grad():
+        t1.lerp_(a, 0.1)
+    with torch.no_grad():
+        a.lerp_(t1, 0.1)
+    return (rv,)
+
+
+def test_no_class_6_refusal_when_no_output_takes_a_gradient():
+    """A needless ``SavedTensorMutationError`` under ``thunder.jit`` with grad: batch_norm's
+    backward reads ``a``, which a no-grad write replaces, but the one output, ``rv``, takes no
+    gradient (autodiff's joint trace has no ``get_grad``), so the backward never runs.  Plain
+    Thunder and eager answer it."""
+    make = lambda g: (_x(g), *_stats())  # noqa: E731
+    cells = judge_function(no_grad_writes_after_batch_norm_then_only_the_stats_returned, make, configs=ALL_ENTRIES).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))

@@ -130,7 +130,7 @@ class BarrierStage(FusionExecutor):
         )  # fmt: skip
         try:
             new, report = barrier_pass(trace, config)
-            refuse_saved_tensor_mutation(report, before.epilogue_writes if before is not None else None)
+            refuse_saved_tensor_mutation(report, before.epilogue_writes if before is not None else None, joint=trace)
             refuse_lost_scalar_writes(new, config.executors)
         except InplaceOrderingError as e:
             log_refusal("fusion stage", e)

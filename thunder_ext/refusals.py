@@ -780,13 +780,22 @@ def refuse_lost_scalar_writes(trace: TraceCtx, executors) -> None:
                 )
 
 
-def refuse_saved_tensor_mutation(report: BarrierReport, epilogue_writes: dict[str, BoundSymbol] | None = None) -> None:
+def refuse_saved_tensor_mutation(
+    report: BarrierReport, epilogue_writes: dict[str, BoundSymbol] | None = None, joint: TraceCtx | None = None
+) -> None:
     """Class 6, judged at the fusion stage: the backward reads a value a forward write replaced.
 
     The barrier pass only observes such reads (``report.backward_reads_of_forward_writes``);
     this is where they become a refusal.  Autodiff drops source lines, so an epilogue
     ``copy_`` is named as it was before autodiff (``epilogue_writes``: input -> that bsym).
+
+    Not where the joint trace ``joint`` takes no output's gradient (no ``get_grad``): autodiff
+    found no output that requires grad, so its backward never runs, and reads nothing
+    (``t1 = F.batch_norm(a, rm, rv, training=True)``, no-grad writes into ``t1`` and ``a``,
+    ``return rv``: soak seed 48000, plain Thunder right).
     """
+    if joint is not None and not any(b.sym.id == prims.PrimIDs.GET_GRAD for b in joint.bound_symbols):
+        return
     if report.backward_reads_of_forward_writes:
         write, read = report.backward_reads_of_forward_writes[0]
         if write.source_filename is None and epilogue_writes:
