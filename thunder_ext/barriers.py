@@ -959,9 +959,8 @@ def _not_dead_views(out: list[BoundSymbol]) -> list[int]:
     keep: list[int] = []
     for k in range(len(out) - 1, -1, -1):
         b = out[k]
-        effect = effect_of(b)
-        dead = effect.is_view and not effect.writes and not is_return(b) and not any(p.name in read for p in b.flat_proxy_outs)
-        if not dead:
+        unread = not is_return(b) and not any(p.name in read for p in b.flat_proxy_outs)
+        if not (unread and effect_of(b).is_view and not effect_of(b).writes):  # effect_of last: it costs most
             keep.append(k)
             read.update(p.name for p in b.flat_proxy_args)
     return keep[::-1]
