@@ -48,7 +48,8 @@ Not split (left to the overlap refusal):
 * a source whose elements the overlap check could not tell apart from the destination's;
 * a source and destination eager's own overlap check sees (both dense, their memory meeting):
   eager raises, and so does the overlap check;
-* a ``setitem_`` with a tensor (advanced) key, which eager runs as ``index_put_``,.
+* a ``setitem_`` with a tensor (advanced) key, which eager runs as ``index_put_``, or one that
+  carries gradients (as for the index writes above).
 """
 
 from __future__ import annotations
