@@ -250,19 +250,21 @@ def refuse_opaque_view_used_after_its_write(
     ``b.sin()``), and neither do views made after the write, from them."""
     bsyms, info = stripped
     at = {id(b): k for k, b in enumerate(bsyms)}
+    made_at: dict[str, int] = {}
+    for k, made in enumerate(bsyms):
+        for p in made.flat_proxy_outs:
+            made_at.setdefault(p.name, k)
+    writes_of: dict[str, set[int]] = {}
+    for v, _, h, _ in view_writes:
+        writes_of.setdefault(h, set()).add(id(v))
     for b, w, g, chain in view_writes:
         base = next((n for n in info.inputs if info.group_of(n) == g and n in diff), None)
         if g not in opaque or base is None or id(b) not in at:
             continue
         k = at[id(b)]
-        names = {
-            p.name
-            for made in bsyms[: k + 1]
-            for p in made.flat_proxy_outs
-            if isinstance(p, TensorProxy) and p.name in info.groups and info.group_of(p) == g and p.name not in whole
-        }
+        names = {n for n, j in made_at.items() if j <= k and n in info.groups and info.group_of(n) == g and n not in whole}
         for later in bsyms[k + 1 :]:
-            if any(later is v and h == g for v, _, h, _ in view_writes):
+            if id(later) in writes_of[g]:
                 continue  # another such write: refuse_opaque_view_written_twice judges it
             used = returned_data(later) if is_return(later) else {p.name for p in later.flat_proxy_args}
             hit = next((n for n in sorted(used) if n in names), None)
