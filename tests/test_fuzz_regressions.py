@@ -2460,3 +2460,35 @@ def test_no_class_6_refusal_when_no_output_takes_a_gradient():
     make = lambda g: (_x(g), *_stats())  # noqa: E731
     cells = judge_function(no_grad_writes_after_batch_norm_then_only_the_stats_returned, make, configs=ALL_ENTRIES).cells
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+# -- soak seed 50000 ---------------------------------------------------------------------------
+
+
+def grad_value_with_a_zero_gradient_written_into_a_returned_plain_input(a, b):
+    b.copy_(a)
+    b.sub_(b)  # b - b: the value keeps its history, with a zero gradient
+    with torch.no_grad():
+        b.add_(-0.5)
+    return (a, b)
+
+
+def test_a_returned_input_that_eager_gives_history_is_refused_not_needlessly():
+    """Eager returns ``b`` with autograd history (``b.requires_grad`` is true); plain Thunder
+    hands back the caller's tensor without it, so ``out[1].sum().backward()`` raises there.
+    The gradient it would carry is zero, so comparing gradients alone called plain Thunder
+    right and the transform's refusal needless: the comparison now also requires every output
+    eager gives history to keep it."""
+    make = lambda g: (_x(g), _x(False))  # noqa: E731
+    plain = differential(
+        lambda: (grad_value_with_a_zero_gradient_written_into_a_returned_plain_input, make(True), {}),
+        Config(transform=False, fusion_type="consecutive"),
+    )
+    assert plain.status == "wrong" and "requires grad in eager, not compiled" in plain.detail, plain
+    cells = judge_function(
+        grad_value_with_a_zero_gradient_written_into_a_returned_plain_input, make, configs=ALL_ENTRIES
+    ).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    refused = [c for c in cells if c.status == "refused"]
+    assert refused and all(c.grad and "ViewGradientError" in c.detail for c in refused), "\n".join(map(str, cells))
+    assert all(c.status == "correct" for c in cells if not c.grad)

@@ -6,7 +6,9 @@ fuzzer.  A run compares, exactly as ``torch.testing.assert_close`` does:
 * every output;
 * the state of every input (inputs are mutated too) and of extra state such as a module's
   buffers, both right after the call and after the backward;
-* the gradients of every input that requires grad, for a fixed seeded cotangent.
+* the gradients of every input that requires grad, for a fixed seeded cotangent;
+* that every output eager hands back with autograd history has it (a zero gradient lost with
+  the history is invisible to the comparison of gradients, not to the caller's ``backward``).
 
 A compiled run is classified as ``correct``, ``wrong`` (silent wrong numbers), ``crash``
 (any exception we do not document) or ``refused`` (one of thunder-ext's documented
@@ -54,6 +56,10 @@ class Outcome:
     # Inputs and state right after the call, before any backward: a write deferred into the
     # backward would otherwise look right once the backward has run.
     after_call: list = field(default_factory=list)
+    # Per flat output: whether it requires grad.  Eager's ``b.copy_(a); return b`` hands back a
+    # ``b`` with history; an output that lost it fails the caller's ``backward`` even where
+    # the gradient it would carry is zero (so comparing gradients cannot see it).
+    requires_grad: list = field(default_factory=list)
     error: BaseException | None = None
     compiled: Any = None
 
@@ -168,6 +174,7 @@ def execute(fn: Callable, args: Sequence, state: dict) -> Outcome:
         loss = _cotangent_loss((outputs, written))
         if loss is not None and leaves:
             loss.backward()
+        out.requires_grad = [t.requires_grad for t in _flat_tensors(outputs)]
         out.outputs = torch.utils._pytree.tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, outputs)
         out.grads = [a.grad for a in leaves] + [_total(r) for r in at_call]
     except Exception as e:  # the verdict classifies it
@@ -206,6 +213,11 @@ def _assert_same(got: Outcome, exp: Outcome) -> None:
     torch.testing.assert_close(got.inputs, exp.inputs, msg=lambda m: f"final input state differs: {m}")
     torch.testing.assert_close(got.state, exp.state, msg=lambda m: f"final module state differs: {m}")
     torch.testing.assert_close(got.grads, exp.grads, msg=lambda m: f"gradients differ: {m}")
+    # One direction only: Thunder may give history to an output eager computes without grad
+    # (an output no input that requires grad reaches), which no caller's backward can notice.
+    lost = [i for i, (g, e) in enumerate(zip(got.requires_grad, exp.requires_grad)) if e and not g]
+    if lost:
+        raise AssertionError(f"outputs differ: output {lost[0]} requires grad in eager, not compiled (no autograd history)")
 
 
 def _one_line(e: BaseException) -> str:
