@@ -1,9 +1,12 @@
 """The copies left on a final trace run as one ``foreach_copy_`` per run of independent ones.
 
-With ``torch_compile_ex`` the Inductor regions hold values only, and every written input gets
-its final value by one ``copy_`` after the region (``inductor_regions.unfuse_epilogue``): one
-Python call per input on every step.  :mod:`thunder_ext.batched_copies` makes a run of them one
-call, keeping apart any two copies where one could see the other's write.
+With ``torch_compile_ex`` the Inductor regions hold values only wherever the region computes
+more than values (a clone, a scatter, a view: ``inductor_regions.epilogue_fits_a_region``), and
+every written input gets its final value by one ``copy_`` after the region
+(``inductor_regions.unfuse_epilogue``): one Python call per input on every step.
+:mod:`thunder_ext.batched_copies` makes a run of them one call, keeping apart any two copies
+where one could see the other's write.  A region of values only keeps its epilogue, and
+Inductor writes the inputs itself.
 """
 
 from __future__ import annotations
@@ -24,6 +27,15 @@ def ema_three(e1, e2, e3, p):
         for e in (e1, e2, e3):
             e.mul_(0.9).add_(p, alpha=0.1)
     return r * p
+
+
+def ema_three_with_snapshot(e1, e2, e3, p):
+    r = (e1 + e2 + e3).sum()
+    s = e1.clone()  # a clone of a written input: the epilogue stays out of the region
+    with torch.no_grad():
+        for e in (e1, e2, e3):
+            e.mul_(0.9).add_(p, alpha=0.1)
+    return r * p, s
 
 
 def copy_then_scale(rm, rv):
@@ -60,13 +72,39 @@ def test_the_epilogue_of_three_inputs_is_one_call(fusion_type):
     from thunder_ext import last_reports
     from thunder_ext.op_kinds import effect_of
 
-    jf, final = _final(ema_three, _ema_args(False), fusion_type)
+    jf, final = _final(ema_three_with_snapshot, _ema_args(False), fusion_type)
     batched = _top(final, "foreach_copy_")
     assert len(batched) == 1 and not _top(final, "copy_"), str(final)
     assert sorted(d.name for d in batched[0].args[1]) == ["e1", "e2", "e3"]
     assert last_reports(jf)[0].final_forward.copies_batched == 3
     # The checker reads it as the three writes it is.
     assert [w.name for w in effect_of(batched[0]).writes] == [d.name for d in batched[0].args[1]]
+    assert thunder_ext.verify(final) == []
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("config", MATRIX, ids=config_id)
+def test_ema_with_a_snapshot_matches_eager(config: Config, grad: bool):
+    verdict = differential(lambda: (ema_three_with_snapshot, _ema_args(grad), {}), config)
+    assert verdict.status == "correct", f"{verdict.status}: {verdict.detail}"
+
+
+@pytest.mark.parametrize("fusion_type", ["dataflow", "consecutive"])
+def test_an_epilogue_of_values_stays_in_the_inductor_region(fusion_type):
+    """The EMA computes values only: Inductor writes ``e1``, ``e2``, ``e3`` itself, as plain
+    Thunder's region does, with no tensor returned per input and no copy after the region."""
+    import thunder_ext
+    from thunder_ext.inductor_regions import through_barriers
+
+    from thunder_ext import last_reports
+
+    jf, final = _final(ema_three, _ema_args(False), fusion_type)
+    assert not _top(final, "foreach_copy_") and not _top(final, "copy_"), str(final)
+    assert last_reports(jf)[0].fusion_stage.epilogues_in_region == 3
+    regions = [b for b in final.bound_symbols if b.sym.name.startswith("TorchCompile")]
+    through = {n: m for r in regions for n, m in through_barriers(r.subsymbols).items()}
+    written = sorted(through.get(s.args[1].name, s.args[1].name) for r in regions for s in r.subsymbols if s.sym.name == "copy_")
+    assert written == ["e1", "e2", "e3"], str(final)
     assert thunder_ext.verify(final) == []
 
 

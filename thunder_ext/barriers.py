@@ -75,6 +75,7 @@ from thunder_ext.op_kinds import (
     describe,
     effect_of,
     is_barrier,
+    is_copy,
     is_return,
     tensor_args,
     tensor_outs,
@@ -83,7 +84,7 @@ from thunder_ext.op_kinds import (
 )
 from thunder_ext.executor_policies import policies_for
 from thunder_ext.functionalize import InputPolicy, functionalize
-from thunder_ext.inductor_regions import unfuse_epilogue, unfuse_self_sourced_scatters
+from thunder_ext.inductor_regions import epilogue_fits_a_region, unfuse_epilogue, unfuse_self_sourced_scatters
 from thunder_ext.remat_guard import (
     BarrierSymbols,
     barrier_symbols,
@@ -150,6 +151,9 @@ class BarrierReport:
     # Epilogue copy_s put after every fusible read of a value computed from a written input
     # (nvFuser, dataflow: its regions could recompute such a read after the copy).
     epilogues_ordered: int = 0
+    # torch_compile_ex: epilogue copy_s left in Inductor's region, which writes the inputs itself
+    # (a region of values only: thunder_ext.inductor_regions.epilogue_fits_a_region).
+    epilogues_in_region: int = 0
     # nvFuser: epilogue copy_s of dying slice writes kept out of its regions (reinplaced later).
     slice_epilogues_unfused: int = 0
     # Writes into views that may not be dense, their copy_ run by torch (nvFuser writes them as dense).
@@ -1042,24 +1046,27 @@ def _unfused_outs(trace, options: PlacementOptions, out: list[BoundSymbol]) -> f
     )
 
 
-def _unfused(trace, options: PlacementOptions, out: list[BoundSymbol]) -> tuple[list[BoundSymbol], int]:
+def _unfused(trace, options: PlacementOptions, out: list[BoundSymbol]) -> tuple[list[BoundSymbol], int, int]:
     """Inductor's epilogue (:func:`unfuse_epilogue`) and scatters sourced from their own ``self``
     (:func:`thunder_ext.inductor_regions.unfuse_self_sourced_scatters`), where ``torch_compile_ex``
     runs the trace; where nvFuser does, the epilogues of dying slice writes
-    (:func:`thunder_ext.nvfuser_forms.slice_epilogues_outside_nvfuser`), and how many of those."""
+    (:func:`thunder_ext.nvfuser_forms.slice_epilogues_outside_nvfuser`); how many of those, and how
+    many epilogue copies stay in Inductor's region (:func:`epilogue_fits_a_region`)."""
     config = options.config
     if options.symbols.inductor:
         out = unfuse_self_sourced_scatters(out)[0]
+        if config.epilogue_inputs and epilogue_fits_a_region(out, config.epilogue_inputs):
+            return out, 0, sum(1 for b in out if is_copy(b))  # the epilogue's, the region's only copies
         if config.epilogue_inputs:
             out = unfuse_epilogue(out, config.epilogue_inputs, config.executors, options.symbols.pin, trace)
-        return out, 0
-    return slice_epilogues_outside_nvfuser(out, frozenset(config.epilogue_inputs), config.executors, trace)
+        return out, 0, 0
+    return (*slice_epilogues_outside_nvfuser(out, frozenset(config.epilogue_inputs), config.executors, trace), 0)
 
 
 def _apply_executor_policies(trace, options: PlacementOptions, stripped, placer: _Placer, out):
     """Step 6."""
     placer, out = _guard(trace, options, stripped, placer, out)
-    out, placer.report.slice_epilogues_unfused = _unfused(trace, options, out)
+    out, placer.report.slice_epilogues_unfused, placer.report.epilogues_in_region = _unfused(trace, options, out)
     return placer, _order_epilogues(options, placer, out)
 
 

@@ -1,7 +1,7 @@
 """One call for a run of epilogue copies: ``foreach_copy_`` on the final trace.
 
 Where an input's final value cannot be written in place (``torch_compile_ex``: Inductor regions
-hold values only, :func:`thunder_ext.inductor_regions.unfuse_epilogue`), each written input gets
+hold values only where they compute more than values, :func:`thunder_ext.inductor_regions.unfuse_epilogue`), each written input gets
 its value back by one ``copy_`` after the region.  Each is a Python call on every step; an EMA of
 20 parameters pays 20 of them.  :func:`batch_copies` turns a run of them into one call of
 :func:`thunder_ext.eager_ops.foreach_copy` (``torch._foreach_copy_``).

@@ -5,7 +5,8 @@ everything (torch 2.11; the families are in :meth:`InductorRegions.split_for_tor
 the barrier walk (:mod:`thunder_ext.barrier_plan`) ends a region there with one unfused
 barrier (a *cut*) and routes through it every value the later regions need, so that no region
 reads a value from before the cut directly.  After the walk, :func:`unfuse_epilogue` binds
-the epilogue ``copy_``s of written inputs to the torch executor, outside every region.
+the epilogue ``copy_``s of written inputs to the torch executor, outside every region, unless
+the forward computes values only (:func:`epilogue_fits_a_region`).
 
 Worked example: the fusion stage of ``rv.copy_(rm); rm += rv`` (``rm``, ``rv`` running stats
 that ``batch_norm`` later updates, so kept in place; ``a`` requires grad), condensed::
@@ -589,7 +590,8 @@ def unfuse_epilogue(
     ``rm == rv * rv`` (torch 2.11); ``t = batch_norm(a, rm, rv, training=True); a.copy_(t); return
     t.mean(1), t * 3`` a wrong mean.  Unfused, each copy is one eager ``copy_`` call after the
     region, and the region count stays plain Thunder's.  A barrier among them is bound as ``pin``
-    (unfused) too, or under consecutive fusion it would make a region of its own.
+    (unfused) too, or under consecutive fusion it would make a region of its own.  Applied only
+    where the epilogue does not fit a region (:func:`epilogue_fits_a_region`, the caller's test).
     """
     from thunder.executors.torchex import copy_ as torch_copy_
 
@@ -633,6 +635,97 @@ def unfuse_epilogue(
     if sources:
         out = _private_views_before_epilogue(out, first, epilogue_inputs, through)
     return _unfuse_dying_slice_writes(out, sources, through, trace) if trace is not None else out
+
+
+# The leaf prims a region may compute besides its epilogue and still get Inductor's write-back
+# right (torch 2.11): elementwise ops, reductions, full tensors and the broadcasts and casts their
+# decompositions carry (and the ``shallow_copy`` of a no-op ``to``).  Nothing else: ``clone``/``copy_`` of an input written later is what
+# Inductor's ``remove_noop_ops`` turns into the input itself (pytorch/pytorch#198131), a scatter
+# into an input with an epilogue is what its reinplacing writes into that input's buffer too early
+# (pytorch/pytorch#198096), shape prims may be views of an input, and random or opaque ops are
+# not characterised.
+_VALUE_PRIMS = frozenset(
+    getattr(prims.PrimIDs, n)
+    for n in (
+        "ABS ACOS ACOSH ADD ASIN ASINH ATAN ATAN2 ATANH BITWISE_AND BITWISE_NOT BITWISE_OR BITWISE_XOR CEIL "
+        "CONVERT_ELEMENT_TYPE COS COSH DIGAMMA DIV EQ ERF ERFC ERFCINV ERFINV EXP EXP2 EXPM1 FLOOR FMOD GE GT "
+        "ISFINITE LE LERP LGAMMA LOG LOG10 LOG1P LOG2 LT MAXIMUM MINIMUM MUL NDTRI NE NEG NEXTAFTER POW "
+        "RECIPROCAL REMAINDER ROUND RSQRT SIGN SIGNBIT SIN SINH SQRT SUB TAN TANH TRUNC WHERE ZETA "
+        "AMAX AMIN SUM PROD VAR VAR_MEAN FULL BROADCAST_IN_DIM SHALLOW_COPY"
+    ).split()
+)
+
+
+def _pure_value(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` computes new values only: every leaf of its decomposition that touches a
+    tensor is one of :data:`_VALUE_PRIMS` (no view, copy, scatter, random or in-place op).  A
+    ``shallow_copy`` is what a no-op ``to`` leaves inside a decomposition (``addcmul``, ``sum``);
+    an output that aliases an argument through one makes ``bsym`` an alias, refused here."""
+    effect = effect_of(bsym)
+    if effect.writes or effect.aliases or effect.is_view or view_kind(bsym) is not None:
+        return False
+    stack = [bsym]
+    while stack:
+        b = stack.pop()
+        if b.subsymbols:
+            stack.extend(b.subsymbols)
+        elif (tensor_args(b) or tensor_outs(b)) and b.sym.id not in _VALUE_PRIMS:
+            return False
+    return True
+
+
+def _unpacks(bsym: BoundSymbol) -> bool:
+    """An input's unpacking at the top of the trace (``unpack_trivial``): it computes nothing."""
+    return isinstance(bsym.sym.id, prims.PrimIDs) and bsym.sym.id.name.startswith("UNPACK_")
+
+
+def epilogue_fits_a_region(bsyms: list[BoundSymbol], epilogue_inputs: frozenset[str]) -> bool:
+    """Whether the epilogue may stay in ``torch_compile_ex``'s region, as plain Thunder's writes do.
+
+    Inductor then stores each new value straight into its input, where otherwise the region
+    returns one new tensor per written input and an eager ``copy_`` follows it (``foreach_copy_``
+    after ``batched_copies``): an allocation and a call per step of an optimizer.  Only a region of
+    the shape Inductor gets right: the forward computes values only (:func:`_pure_value`: SGD's,
+    Adam's and the EMA's updates), then the epilogue copies of those values into inputs that
+    share no storage, then the return; no backward.  Every program
+    :func:`unfuse_epilogue`'s docstring lists has a clone, a scatter or an opaque op before its
+    epilogue, and keeps it out of the region.
+
+    The EMA, ``r = e.sum()`` then ``e.mul_(0.9).add_(p, alpha=0.1)`` under no-grad, at the fusion
+    stage and on the final trace::
+
+        t11 = ltorch.mul(e, 0.9)                       [r, t14] = TorchCompile0(e, p)
+        t13 = ltorch.add(t11, p, alpha=0.1)              # r = ltorch.sum(e, ...)
+        (t15, t16) = prims.update_aliases((e, r))        # t11 = ltorch.mul(e, 0.9)
+        t14 = prims.copy_(t13, t15)                      # t13 = ltorch.add(t11, p, alpha=0.1)
+                                                         # ... update_aliases, t14 = copy_(t13, t15)
+
+    where otherwise the region returns ``t13`` and a ``copy_(t13, e)`` follows it.
+    """
+    through = through_barriers(bsyms)
+    copies: list[BoundSymbol] = []
+    for b in bsyms:
+        if is_return(b) or is_barrier(b) or _unpacks(b):
+            continue
+        if has_tags(b, {BoundSymbolTag.BACKWARD}):
+            return False
+        if b.sym.id == prims.PrimIDs.COPY_ and len(b.args) >= 2 and isinstance(b.args[1], TensorProxy):
+            dst = through.get(b.args[1].name, b.args[1].name)
+            if dst not in epilogue_inputs or any(through.get(c.args[1].name, c.args[1].name) == dst for c in copies):
+                return False
+            copies.append(b)
+            continue
+        if copies or not (_pure_value(b) or not (tensor_args(b) or tensor_outs(b))):
+            return False  # something after the epilogue, or not a pure value before it
+    if not copies:
+        return False
+    made = {p.name: b for b in bsyms for p in b.flat_proxy_outs}
+    # Each copied value is computed by the region, not an input (or a barrier's name of one).
+    return all(
+        isinstance(c.args[0], TensorProxy) and c.args[0].name in made and not is_barrier(made[c.args[0].name])
+        and c.args[0].dtype == c.args[1].dtype and tuple(c.args[0].shape) == tuple(c.args[1].shape)
+        for c in copies
+    )  # fmt: skip
 
 
 def _private_views_before_epilogue(

@@ -72,6 +72,8 @@ def _input_lines(report) -> list[str]:
         lines.append(f"{report.views_made_again} view(s) of grad-requiring inputs made again in a later torch.compile region, not handed to it")
     if getattr(report, "epilogues_ordered", 0):
         lines.append(f"{report.epilogues_ordered} epilogue copy_(s) after every read a region could recompute (nvFuser)")
+    if getattr(report, "epilogues_in_region", 0):
+        lines.append(f"{report.epilogues_in_region} epilogue copy_(s) left in torch.compile's region, which writes the inputs itself")
     if getattr(report, "slice_epilogues_unfused", 0):
         lines.append(f"{report.slice_epilogues_unfused} slice write(s) and epilogue copy_(s) outside nvFuser's regions, to go back in place")
     return lines
