@@ -2492,3 +2492,41 @@ def test_a_returned_input_that_eager_gives_history_is_refused_not_needlessly():
     refused = [c for c in cells if c.status == "refused"]
     assert refused and all(c.grad and "ViewGradientError" in c.detail for c in refused), "\n".join(map(str, cells))
     assert all(c.status == "correct" for c in cells if not c.grad)
+
+
+# -- soak seed 51000 ---------------------------------------------------------------------------
+
+
+def written_slice_of_a_grad_input_returned(a):
+    t0 = a.t()
+    t1 = a[1:]
+    with torch.no_grad():
+        t1.mul_(1.5)
+    t2 = a[:, 1]
+    t3 = a.mean(1)
+    t3.copy_(t2)
+    return (t3, t0, t1)
+
+
+def slice_written_then_cloned(a):
+    t1 = a[1:]
+    with torch.no_grad():
+        t1.mul_(1.5)
+    return (t1.clone(),)
+
+
+@pytest.mark.parametrize("leaf", [True, False], ids=["leaf", "non_leaf"])
+def test_a_written_slice_of_a_grad_input_returned_is_refused_with_torch_compile(leaf):
+    """AOT autograd crashed (plain Thunder too, every torch_compile_ex cell): the write's region
+    returned the slice it wrote of an input that requires grad.  Now a clear ViewGradientError
+    there; the default executors answer it, and so does torch_compile_ex for the clone the
+    message suggests."""
+    shaped = lambda g: (_x(g) if leaf else _x(g) * 1,)  # noqa: E731
+    cells = judge_function(written_slice_of_a_grad_input_returned, shaped, configs=ALL_ENTRIES).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    for c in cells:
+        if c.grad and c.config.executors == "torch_compile":
+            assert c.status == "refused" and "is returned after a write made under no-grad" in c.detail, c
+        else:
+            assert c.status == "correct", c
+    assert_matches_eager(slice_written_then_cloned, shaped, configs=ALL_ENTRIES)

@@ -247,7 +247,13 @@ def refuse_opaque_view_used_after_its_write(
     no_grad mode ..."; plain Thunder crashes the same way).  Not the input's own names
     (``whole``: the input, and what in-place ops that write it whole return): they take the
     input as the write's region renamed it (``b.view(-1).clamp_(-1, 1)`` under no-grad, then
-    ``b.sin()``), and neither do views made after the write, from them."""
+    ``b.sin()``), and neither do views made after the write, from them.
+
+    Through a view the regions can make again (a slice: ``t1 = a[1:]``, ``t1.mul_(1.5)`` under
+    no-grad), only the return of such a name: a later read goes through the view made again,
+    but the return keeps its names (Thunder connects gradients by them), so the write's region
+    returns the view it wrote, and AOT autograd refuses that as well (soak seed 51000; plain
+    Thunder crashes the same way, leaf or not, in both fusion types and entries)."""
     bsyms, info = stripped
     at = {id(b): k for k, b in enumerate(bsyms)}
     made_at: dict[str, int] = {}
@@ -259,17 +265,31 @@ def refuse_opaque_view_used_after_its_write(
         writes_of.setdefault(h, set()).add(id(v))
     for b, w, g, chain in view_writes:
         base = next((n for n in info.inputs if info.group_of(n) == g and n in diff), None)
-        if g not in opaque or base is None or id(b) not in at:
+        if base is None or id(b) not in at:
             continue
         k = at[id(b)]
         names = {n for n, j in made_at.items() if j <= k and n in info.groups and info.group_of(n) == g and n not in whole}
         for later in bsyms[k + 1 :]:
             if id(later) in writes_of[g]:
                 continue  # another such write: refuse_opaque_view_written_twice judges it
+            if g not in opaque and not is_return(later):
+                continue  # a read goes through the view made again (replay_views_of_renamed_inputs)
             used = returned_data(later) if is_return(later) else {p.name for p in later.flat_proxy_args}
             hit = next((n for n in sorted(used) if n in names), None)
             if hit is None:
                 continue
+            if g not in opaque:
+                if any(p.name == hit for p in b.flat_proxy_outs):
+                    hit = w.name  # the write's output is the view written, by the user's name for it
+                raise ViewGradientError(
+                    f"`{hit}` is returned after a write made under no-grad through `{w.name}`, a view of "
+                    f"`{base}` (which requires grad). With torch_compile_ex the write's fusion region would "
+                    "return a view of an input that requires grad, written in place, which AOT autograd "
+                    f"refuses (plain Thunder crashes there). Return `{hit}.clone()` or `{base}` itself, "
+                    "write outside the compiled function, or use the default executors",
+                    b,
+                    later,
+                )
             raise ViewGradientError(
                 f"`{hit}` is used after a write made under no-grad through `{w.name}`, a view of "
                 f"`{base}` (which requires grad) made by `view` or `reshape`, which is a reshape that "
