@@ -59,10 +59,11 @@ def _top(trace, name):
     return [b for b in trace.bound_symbols if b.sym.name == name]
 
 
+@pytest.mark.parametrize("fn", [ema_three, ema_three_with_snapshot], ids=["values_only", "with_a_clone"])
 @pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
 @pytest.mark.parametrize("config", MATRIX, ids=config_id)
-def test_ema_matches_eager(config: Config, grad: bool):
-    verdict = differential(lambda: (ema_three, _ema_args(grad), {}), config)
+def test_ema_matches_eager(config: Config, grad: bool, fn):
+    verdict = differential(lambda: (fn, _ema_args(grad), {}), config)
     assert verdict.status == "correct", f"{verdict.status}: {verdict.detail}"
 
 
@@ -80,13 +81,6 @@ def test_the_epilogue_of_three_inputs_is_one_call(fusion_type):
     # The checker reads it as the three writes it is.
     assert [w.name for w in effect_of(batched[0]).writes] == [d.name for d in batched[0].args[1]]
     assert thunder_ext.verify(final) == []
-
-
-@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
-@pytest.mark.parametrize("config", MATRIX, ids=config_id)
-def test_ema_with_a_snapshot_matches_eager(config: Config, grad: bool):
-    verdict = differential(lambda: (ema_three_with_snapshot, _ema_args(grad), {}), config)
-    assert verdict.status == "correct", f"{verdict.status}: {verdict.detail}"
 
 
 @pytest.mark.parametrize("fusion_type", ["dataflow", "consecutive"])
