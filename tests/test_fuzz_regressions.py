@@ -2530,3 +2530,27 @@ def test_a_written_slice_of_a_grad_input_returned_is_refused_with_torch_compile(
         else:
             assert c.status == "correct", c
     assert_matches_eager(slice_written_then_cloned, shaped, configs=ALL_ENTRIES)
+
+
+# -- soak seed 52000 ---------------------------------------------------------------------------
+
+
+def grad_input_written_whole_twice_then_an_older_row_read(a, b, c):
+    t0 = c[0]
+    t1 = a.sum(0)
+    with torch.no_grad():
+        c.add_(0.5)
+    with torch.no_grad():
+        c.add_(b)  # writes `c` itself, by the name the first add_ gave it
+    t3 = t0.cos()
+    return (t1, t3)
+
+
+def test_a_second_whole_write_of_a_grad_input_is_no_write_through_a_view():
+    """A needless ViewGradientError with torch_compile_ex under grad ("used after a write made
+    under no-grad through ... made by view or reshape"): the second ``add_`` writes ``c`` by the
+    name the first gave it, which counted as a write through a view the regions cannot make
+    again.  Plain Thunder and eager answer it; so does the transform now, in every cell."""
+    make = lambda g: (_x(False), _x(False), _x(g) * 1)  # noqa: E731
+    cells = judge_function(grad_input_written_whole_twice_then_an_older_row_read, make, configs=ALL_ENTRIES).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))

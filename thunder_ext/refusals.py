@@ -158,18 +158,21 @@ _ViewWrite = tuple[BoundSymbol, TensorProxy, str, list[BoundSymbol]]
 def _no_grad_writes_through_input_views(stripped: tuple[list[BoundSymbol], AliasInfo]) -> Iterator[_ViewWrite]:
     """Each write made under no-grad into an input's storage through another name: the bsym,
     the name written, its storage group, and its view chain from the input (empty where it is
-    made otherwise, :func:`thunder_ext.alias_analysis.view_chain`)."""
+    made otherwise, :func:`thunder_ext.alias_analysis.view_chain`).  Not a name an in-place op
+    that wrote the input whole gave it (``c.add_(0.5)`` then ``c.add_(b)`` under no-grad: the
+    second writes ``c`` itself, soak seed 52000)."""
     bsyms, info = stripped
     made_at: dict[str, int] = {}
     for k, b in enumerate(bsyms):
         for o in b.flat_proxy_outs:
             made_at.setdefault(o.name, k)
+    inputs_themselves = _with_whole_write_outputs(stripped, frozenset(info.inputs))
     for b, effect in zip(bsyms, info.effects):
         if writes_with_grad(b):
             continue
         for w in effect.writes:
             g = info.group_of(w)
-            if g in info.input_groups and w.name not in info.inputs:
+            if g in info.input_groups and w.name not in inputs_themselves:
                 yield b, w, g, view_chain(w.name, bsyms, info.effects, made_at, info.inputs)[1]
 
 
