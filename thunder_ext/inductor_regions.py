@@ -720,9 +720,10 @@ def epilogue_fits_a_region(bsyms: list[BoundSymbol], epilogue_inputs: frozenset[
     if not copies:
         return False
     made = {p.name: b for b in bsyms for p in b.flat_proxy_outs}
-    # Each copied value is computed by the region, not an input (or a barrier's name of one).
+    # Each copied value is computed by the region: not an input (unpacked, or a barrier's name of one).
     return all(
-        isinstance(c.args[0], TensorProxy) and c.args[0].name in made and not is_barrier(made[c.args[0].name])
+        isinstance(c.args[0], TensorProxy) and c.args[0].name in made and _pure_value(made[c.args[0].name])
+        and not _unpacks(made[c.args[0].name])
         and c.args[0].dtype == c.args[1].dtype and tuple(c.args[0].shape) == tuple(c.args[1].shape)
         for c in copies
     )  # fmt: skip
