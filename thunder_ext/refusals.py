@@ -259,24 +259,28 @@ def refuse_opaque_view_used_after_its_write(
     Thunder crashes the same way, leaf or not, in both fusion types and entries)."""
     bsyms, info = stripped
     at = {id(b): k for k, b in enumerate(bsyms)}
-    made_at: dict[str, int] = {}
+    made_in: dict[str, list[tuple[int, str]]] = {}  # group -> (where, name) of its names, first made
+    seen: set[str] = set()
     for k, made in enumerate(bsyms):
         for p in made.flat_proxy_outs:
-            made_at.setdefault(p.name, k)
+            if p.name not in seen and p.name in info.groups and p.name not in whole:
+                seen.add(p.name)
+                made_in.setdefault(info.group_of(p.name), []).append((k, p.name))
     writes_of: dict[str, set[int]] = {}
     for v, _, h, _ in view_writes:
         writes_of.setdefault(h, set()).add(id(v))
+    returns = [j for j, r in enumerate(bsyms) if is_return(r)]
     for b, w, g, chain in view_writes:
         base = next((n for n in info.inputs if info.group_of(n) == g and n in diff), None)
         if base is None or id(b) not in at:
             continue
         k = at[id(b)]
-        names = {n for n, j in made_at.items() if j <= k and n in info.groups and info.group_of(n) == g and n not in whole}
-        for later in bsyms[k + 1 :]:
+        names = {n for j, n in made_in.get(g, ()) if j <= k}
+        # Through a view the regions make again, a read goes through it made again
+        # (replay_views_of_renamed_inputs): only the return is judged.
+        for later in bsyms[k + 1 :] if g in opaque else [bsyms[j] for j in returns if j > k]:
             if id(later) in writes_of[g]:
                 continue  # another such write: refuse_opaque_view_written_twice judges it
-            if g not in opaque and not is_return(later):
-                continue  # a read goes through the view made again (replay_views_of_renamed_inputs)
             used = returned_data(later) if is_return(later) else {p.name for p in later.flat_proxy_args}
             hit = next((n for n in sorted(used) if n in names), None)
             if hit is None:
