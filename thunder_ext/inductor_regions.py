@@ -704,6 +704,7 @@ def epilogue_fits_a_region(bsyms: list[BoundSymbol], epilogue_inputs: frozenset[
     """
     through = through_barriers(bsyms)
     copies: list[BoundSymbol] = []
+    values: set[str] = set()  # what the region computes: the outputs of the pure values below
     for b in bsyms:
         if is_return(b) or is_barrier(b) or _unpacks(b):
             continue
@@ -715,15 +716,15 @@ def epilogue_fits_a_region(bsyms: list[BoundSymbol], epilogue_inputs: frozenset[
                 return False
             copies.append(b)
             continue
-        if copies or not (_pure_value(b) or not (tensor_args(b) or tensor_outs(b))):
-            return False  # something after the epilogue, or not a pure value before it
-    if not copies:
-        return False
-    made = {p.name: b for b in bsyms for p in b.flat_proxy_outs}
+        if copies:
+            return False  # something after the epilogue
+        if _pure_value(b):
+            values.update(p.name for p in tensor_outs(b))
+        elif tensor_args(b) or tensor_outs(b):
+            return False  # not a pure value before it
     # Each copied value is computed by the region: not an input (unpacked, or a barrier's name of one).
-    return all(
-        isinstance(c.args[0], TensorProxy) and c.args[0].name in made and _pure_value(made[c.args[0].name])
-        and not _unpacks(made[c.args[0].name])
+    return bool(copies) and all(
+        isinstance(c.args[0], TensorProxy) and c.args[0].name in values
         and c.args[0].dtype == c.args[1].dtype and tuple(c.args[0].shape) == tuple(c.args[1].shape)
         for c in copies
     )  # fmt: skip
