@@ -158,6 +158,9 @@ class BarrierReport:
     slice_epilogues_unfused: int = 0
     # Writes into views that may not be dense, their copy_ run by torch (nvFuser writes them as dense).
     strided_writes_copied: int = 0
+    # Zero gradients autodiff bound without a decomposition, bound again with one, so that a
+    # fusion region keeps them (thunder_ext.bare_symbols).
+    bare_symbols_decomposed: int = 0
     # Whole-tensor overwrites of storage gradients flow through, made values that keep eager's
     # zero gradient to the overwritten tensor (before autodiff; thunder_ext.functionalize).
     zero_gradient_links: int = 0
@@ -859,8 +862,10 @@ def _pipeline(
        (:mod:`thunder_ext.dead_writes`), repeated until nothing is dead; where a dead write kept
        storage in place, the pipeline starts again once without it;
     6. executor policies (``config``): the remat guard, and Inductor's epilogue outside its regions;
-    7. partition check: Thunder's dataflow partitioner keeps every bsym.
+    7. partition check: Thunder's dataflow partitioner keeps every bsym;
+    8. the zero gradients autodiff binds bare get their decomposition (:mod:`thunder_ext.bare_symbols`).
     """
+    from thunder_ext.bare_symbols import decompose_bare_symbols
     from thunder_ext.dead_writes import has_dead_values, remove_bsyms
 
     start = time.perf_counter() if start is None else start  # a restart counts the first run's time too
@@ -894,6 +899,7 @@ def _pipeline(
             return _pipeline(again, config, pruned=tuple(dead_in_place), start=start)
     placer, out = _apply_executor_policies(trace, options, stripped, placer, out)  # 6
     placer, out = _check_partition(trace, options, stripped, placer, out)  # 7
+    out, placer.report.bare_symbols_decomposed = decompose_bare_symbols(trace, new_trace, out, config.executors)  # 8
 
     report = placer.report
     report.dead_writes = [*pruned, *dead_functional, *dead_in_place]

@@ -76,6 +76,8 @@ def _input_lines(report) -> list[str]:
         lines.append(f"{report.epilogues_in_region} epilogue copy_(s) left in torch.compile's region, which writes the inputs itself")
     if getattr(report, "slice_epilogues_unfused", 0):
         lines.append(f"{report.slice_epilogues_unfused} slice write(s) and epilogue copy_(s) outside nvFuser's regions, to go back in place")
+    if getattr(report, "bare_symbols_decomposed", 0):
+        lines.append(f"{report.bare_symbols_decomposed} zero gradient(s) bound again with their decomposition, which a fusion region keeps")
     return lines
 
 

@@ -742,7 +742,6 @@ DOCUMENTED_CRASHES: dict[str, str] = {
     "class 7: Thunder 0.2.6 substitutes aliasing inputs": r"Attempting to reshape .* is different from the number of elements",
     "class 8: Thunder's alias pass inside autograd.Function": r"Detected a cycle while swapping",
     "torch_compile_ex: Inductor's C++ code generation": r"CppCompileError",
-    "torch_compile_ex with grad: lost zero cotangents": r"failed to find name in frame builtins",
     # An output eager computes without grad (running stats, copied into a tensor that carries
     # one) gets a grad_fn from Thunder, whose backward then fails on a bare assert.
     "Thunder's backward on an output eager does not differentiate": (
