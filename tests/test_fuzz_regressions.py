@@ -2100,12 +2100,31 @@ def no_grad_write_through_a_view_of_a_private_tensor_then_reads(a, w):
     return (t * 3, v.exp())
 
 
+def no_grad_write_through_a_slice_then_the_slice_made_again_returned(a):
+    t0 = a[1:]
+    with torch.no_grad():
+        t0.mul_(1.5)
+    return (a[1:],)
+
+
+def no_grad_write_through_an_indexed_view_then_views_of_the_input_returned(a, w):
+    with torch.no_grad():
+        a[1:].mul_(1.5)
+    t1 = a[1:]
+    return (t1 * w, a[:2], t1)
+
+
 ANSWERED_AFTER_NO_GRAD_VIEW_WRITES = {
     no_grad_write_through_a_slice_then_a_differentiable_read: lambda g: (_x(g),),
     no_grad_write_through_an_indexed_view_then_a_differentiable_read: lambda g: (_x(g),),
     no_grad_writes_through_a_slice_around_a_differentiable_read: lambda g: (_x(g),),
     no_grad_write_into_a_base_then_a_read_through_its_older_view: lambda g: (_x(g), _x(g)),
     no_grad_write_through_a_view_of_a_private_tensor_then_reads: lambda g: (_x(g), _x(g)),
+    # The return reads a view made after the write from the input's old name (refused before).
+    no_grad_write_through_a_slice_then_the_slice_made_again_returned: lambda g: (_x(g),),
+    no_grad_write_through_an_indexed_view_then_views_of_the_input_returned: (
+        lambda g: (_x(g) * 1.0, torch.randn(3, 3, requires_grad=g))
+    ),
 }
 
 

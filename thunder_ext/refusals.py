@@ -345,19 +345,18 @@ def refuse_view_gradients(
 
     Not refused: a read after a write made under no-grad, which has no history in eager.  The
     read differentiates into the tensor as it was (``t0 = a[:2]``, ``t0.mul_(2)`` under no-grad,
-    then ``a * 3``: ``a`` gets 3), and so does the read's barrier, whose VJP is the identity.  A
-    backward that reads the value such a write replaced is class 6, judged at the fusion stage.
+    then ``a * 3``: ``a`` gets 3), and so does the read's barrier, whose VJP is the identity.  The
+    return is such a read too (``return a[1:]`` after that write).  A backward that reads the
+    value such a write replaced is class 6, judged at the fusion stage.
+
     With ``torch_compile_ex``, the return of a stale name stays refused where the write went
     through a view of a grad-requiring input that the regions cannot make again (``opaque``, see
     :func:`_no_grad_view_writes`), and so does the return of a whole input written so twice
     (``inputs`` leaves those out); a read through such a view is refused by
-    :func:`refuse_opaque_view_used_after_its_write`.
-
-    Nor the return after a no-grad write when nothing it returns carries a gradient, or when it
-    reads the stale name only as an input's final state (``flat_args``) and that name is no
-    trace input (``trace_inputs``): Thunder collects gradients by the names of inputs only, and
-    no output is that name (``b.copy_(a); with torch.no_grad(): b.unsqueeze(0).add_(0.5)``, a
-    soak program plain Thunder answers with ``torch_compile_ex``)."""
+    :func:`refuse_opaque_view_used_after_its_write`.  There the return is let through only when
+    nothing it returns carries a gradient, or when it reads the stale name only as an input's
+    final state (``flat_args``) and that name is no trace input (``trace_inputs``): Thunder
+    collects gradients by the names of inputs only, and no output is that name."""
     for ar in report.alias_reads:
         # The gradient is at stake when the stale read, the written tensor, or the value written
         # carries one.  The value written is the write's output that aliases its destination
@@ -365,9 +364,11 @@ def refuse_view_gradients(
         # writes a value Thunder's VJP treats as constant.
         effect = effect_of(ar.write)
         no_grad_write = not writes_with_grad(ar.write)
-        if no_grad_write and not is_return(ar.read):
-            continue  # with torch_compile_ex, a read through an opaque view: refuse_opaque_view_used_after_its_write
-        if no_grad_write and is_return(ar.read):
+        if no_grad_write and not (is_return(ar.read) and opaque(ar.written)):
+            # The read, the return too, differentiates into the tensor as it was.  With
+            # torch_compile_ex, a read through an opaque view: refuse_opaque_view_used_after_its_write.
+            continue
+        if no_grad_write:  # the return, after a write through an opaque view
             if ar.proxy.name in inputs:
                 continue
             # Nothing returned carries a gradient: there is no backward for the stale name to
