@@ -21,31 +21,28 @@ its decomposition (``ltorch.full``, ``prims.full``), the same output and the sam
                                                         # t31 = ltorch.full((4, 3), 0, ...)
                                                           # t31 = prims.full((4, 3), 0, ...)
 
-Invariant: only bsyms that read no proxy are bound again (where they run orders nothing), and
-each keeps its output, so no other bsym changes.
+Invariant: only bsyms that read no tensor are bound again, each in its own place and with its
+own output, so no other bsym changes and no order does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from thunder.core.proxies import Proxy, variableify
+from thunder.core.proxies import variableify
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.extend import Executor
 
 from thunder_ext.functionalize import _claim
+from thunder_ext.op_kinds import tensor_args, tensor_outs
 
 
 def is_bare(bsym: BoundSymbol) -> bool:
-    """A symbol a fusion pass's ``dce`` would drop from a region: no prim, no subsymbols, and an
-    output, but no proxy input (what autodiff binds for a zero gradient)."""
-    return (
-        not bsym.sym.is_prim
-        and not bsym.subsymbols
-        and not bsym.flat_proxy_args
-        and any(isinstance(o, Proxy) for o in bsym.flat_proxy_outs)
-    )
+    """A symbol a fusion pass's ``dce`` would drop from a region: no prim, no subsymbols, and a
+    tensor output, but no tensor input (what autodiff binds for a zero gradient; its shape may be
+    symbolic numbers)."""
+    return not bsym.sym.is_prim and not bsym.subsymbols and not tensor_args(bsym) and bool(tensor_outs(bsym))
 
 
 def decompose_bare_symbols(
