@@ -2617,3 +2617,30 @@ def test_a_second_whole_write_of_a_grad_input_is_no_write_through_a_view():
     make = lambda g: (_x(False), _x(False), _x(g) * 1)  # noqa: E731
     cells = judge_function(grad_input_written_whole_twice_then_an_older_row_read, make, configs=ALL_ENTRIES).cells
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+# -- soak seed 54000 ---------------------------------------------------------------------------
+
+
+def view_made_before_a_no_grad_write_of_its_input_returned(a, rm, rv):
+    t0 = a.t()
+    with torch.no_grad():
+        a.add_(1.5)
+    return (rm, rv, t0)
+
+
+@pytest.mark.parametrize("leaf", [True, False], ids=["leaf", "non_leaf"])
+def test_a_view_made_before_a_no_grad_write_and_returned_is_refused_only_with_torch_compile(leaf):
+    """Soak seed 54000: once the return after a no-grad write was answered, AOT autograd crashed
+    in torch_compile_ex's consecutive cell ("A view was created in no_grad mode ..."): the write's
+    region returned ``t0``, made before the write.  Plain Thunder crashes there in both fusion
+    types.  A clear ViewGradientError with torch_compile_ex now; the default executors answer it."""
+    make = lambda g: ((_x(g) if leaf else _x(g) * 1.0), *_stats())  # noqa: E731
+    fn = view_made_before_a_no_grad_write_of_its_input_returned
+    cells = judge_function(fn, make, configs=ALL_CELLS).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    for c in cells:
+        if c.grad and c.config.executors == "torch_compile":
+            assert c.status == "refused" and "was made before that write" in c.detail, c
+        else:
+            assert c.status == "correct", c

@@ -31,7 +31,7 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 
 from thunder_ext.alias_analysis import AliasInfo, input_names, storage_groups, view_chain
-from thunder_ext.barriers import BarrierReport, strip_barriers
+from thunder_ext.barriers import AliasRead, BarrierReport, strip_barriers
 from thunder_ext.errors import (
     GradInputWriteError,
     LostScalarWriteError,
@@ -84,7 +84,11 @@ def refuse_unsupported_gradients(
     returned_whole = _with_whole_write_outputs(
         stripped, frozenset(n for n in names if not (writes.get(group_of(n), 0) > 1 and group_of(n) in opaque))
     )
-    refuse_view_gradients(report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque)
+    made_before = _made_before_its_write(stripped[0]) if inductor else (lambda ar: False)
+    refuse_view_gradients(
+        report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque,
+        made_before_write=made_before,
+    )
     if inductor:
         refuse_opaque_view_written_twice(stripped, view_writes, diff, opaque)
         refuse_opaque_view_used_after_its_write(stripped, view_writes, diff, opaque, returned_whole)
@@ -333,6 +337,23 @@ def _becomes_a_reshape(bsym: BoundSymbol) -> bool:
     return False
 
 
+def _made_before_its_write(bsyms: Sequence[BoundSymbol]) -> Callable[[AliasRead], bool]:
+    """Whether an alias read's stale name was made before its write, by where each name is
+    first made in ``bsyms`` (the stripped trace); a name or write not found there counts as made
+    before (doubt keeps the refusal)."""
+    first: dict[str, int] = {}
+    for k, b in enumerate(bsyms):
+        for p in b.flat_proxy_outs:
+            first.setdefault(p.name, k)
+
+    def made_before(ar: AliasRead) -> bool:
+        made = first.get(ar.proxy.name)
+        at = [first[p.name] for p in tensor_outs(ar.write) if p.name in first]
+        return made is None or not at or made < min(at)
+
+    return made_before
+
+
 def refuse_view_gradients(
     report: BarrierReport,
     diff: set[str],
@@ -340,6 +361,7 @@ def refuse_view_gradients(
     *,
     trace_inputs: frozenset[str] = frozenset(),
     opaque: Callable[[TensorProxy], bool] = lambda p: False,
+    made_before_write: Callable[[AliasRead], bool] = lambda ar: False,
 ) -> None:
     """Class 5: gradients would flow through a view of a tensor mutated in place.
 
@@ -353,7 +375,11 @@ def refuse_view_gradients(
     through a view of a grad-requiring input that the regions cannot make again (``opaque``, see
     :func:`_no_grad_view_writes`), and so does the return of a whole input written so twice
     (``inputs`` leaves those out); a read through such a view is refused by
-    :func:`refuse_opaque_view_used_after_its_write`.  There the return is let through only when
+    :func:`refuse_opaque_view_used_after_its_write`.  So does the return of a name made before
+    the write (``made_before_write``; ``t0 = a[1:]``, then ``a.add_(1.5)`` under no-grad, ``return
+    t0``): the write's region would return a view of the grad input made before its write, which
+    AOT autograd refuses ("A view was created in no_grad mode ..."; plain Thunder crashes there, in
+    both fusion types; soak seed 54000).  There the return is let through only when
     nothing it returns carries a gradient, or when it reads the stale name only as an input's
     final state (``flat_args``) and that name is no trace input (``trace_inputs``): Thunder
     collects gradients by the names of inputs only, and no output is that name."""
@@ -364,11 +390,12 @@ def refuse_view_gradients(
         # writes a value Thunder's VJP treats as constant.
         effect = effect_of(ar.write)
         no_grad_write = not writes_with_grad(ar.write)
-        if no_grad_write and not (is_return(ar.read) and opaque(ar.written)):
+        stale_view = is_return(ar.read) and (opaque(ar.written) or made_before_write(ar))
+        if no_grad_write and not stale_view:
             # The read, the return too, differentiates into the tensor as it was.  With
             # torch_compile_ex, a read through an opaque view: refuse_opaque_view_used_after_its_write.
             continue
-        if no_grad_write:  # the return, after a write through an opaque view
+        if no_grad_write:  # with torch_compile_ex, the return of a stale view (above)
             if ar.proxy.name in inputs:
                 continue
             # Nothing returned carries a gradient: there is no backward for the stale name to
@@ -389,6 +416,16 @@ def refuse_view_gradients(
                 "that may copy after autodiff. torch_compile_ex cannot make that view again in a later "
                 "fusion region, and AOT autograd refuses a region that hands it on. Make the view by "
                 "slicing or indexing, write outside the compiled function, or use the default executors",
+                ar.write,
+                ar.read,
+            )
+        if no_grad_write:
+            raise ViewGradientError(
+                f"`{ar.proxy.name}` is returned after a write made under no-grad to `{ar.written.name}`, "
+                f"and `{ar.proxy.name}` was made before that write from storage of an input that requires "
+                "grad. With torch_compile_ex the write's fusion region would return that view, which AOT "
+                "autograd refuses (plain Thunder crashes there). Make the view after the write, return "
+                f"`{ar.proxy.name}.clone()`, or use the default executors",
                 ar.write,
                 ar.read,
             )
