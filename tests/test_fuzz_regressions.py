@@ -221,6 +221,17 @@ def zeroed_private(a, b):
 ALL_CELLS = tuple(replace(c, entry=e) for c in (*CONFIGS, *TORCH_COMPILE) for e in ("jit", "thunderfx"))
 
 
+def assert_refused_only_with_torch_compile_under_grad(cells, phrase: str) -> None:
+    """Every cell ok; refused (with ``phrase`` in its message) exactly where torch_compile_ex runs
+    with grad, eager's answer everywhere else."""
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    for c in cells:
+        if c.grad and c.config.executors == "torch_compile":
+            assert c.status == "refused" and phrase in c.detail, c
+        else:
+            assert c.status == "correct", c
+
+
 def _values_keep_zero_gradients(cells) -> None:
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
 
@@ -405,7 +416,7 @@ def test_zero_gradient_bound_bare_by_autodiff_stays_in_its_region(leaf: bool):
         a = torch.randn(4, 3, requires_grad=g)
         return ((a if leaf or not g else a * 1.0), torch.randn(3, 3))
 
-    configs = tuple(replace(c, entry=e) for c in (*CONFIGS, *TORCH_COMPILE) for e in ("jit", "thunderfx"))
+    configs = ALL_CELLS
     cells = judge_function(slice_written_under_no_grad_then_read_again, make, configs=configs).cells
     assert cells and all(c.status == "correct" for c in cells), "\n".join(map(str, cells))
 
@@ -2349,7 +2360,7 @@ def test_index_copy_whose_source_is_its_own_value_is_eager():
     ``out=t1``, its own source, which PyTorch refuses (a crash where plain Thunder is right)."""
     make = lambda g: (_x(g), torch.tensor([1, 0]))  # noqa: E731
     assert_matches_eager(index_copy_from_the_value_copied_in, make, grad_modes=(False,),
-                         configs=tuple(replace(c, entry=e) for c in (*CONFIGS, *TORCH_COMPILE) for e in ("jit", "thunderfx")))
+                         configs=ALL_CELLS)
 
 
 # -- soak seed 45000 (--rotate, both executors) ----------------------------------------------
@@ -2373,7 +2384,7 @@ def test_write_into_a_view_of_a_broadcast_is_refused_as_eager():
     from thunder_ext.testing.compare import error_in_chain
 
     make = lambda g: (_stats()[0],)  # noqa: E731
-    configs = tuple(replace(c, entry=e) for c in (*CONFIGS, *TORCH_COMPILE) for e in ("jit", "thunderfx"))
+    configs = ALL_CELLS
     assert_matches_eager(write_into_a_view_of_a_broadcast, make, grad_modes=(False,), configs=configs)
     for config in configs:
         v = differential(lambda: (write_into_a_view_of_a_broadcast, make(False), {}), config)
@@ -2406,7 +2417,7 @@ def test_a_recomputed_read_through_a_view_of_the_old_version_is_no_hazard():
     version the copy overwrites; the checker took only that version's own name (or an older one)
     as such a read and refused a right final trace (a needless refusal: ``check=True`` is the
     default).  A view made from it by views alone is the same version now (checker._Versions)."""
-    configs = tuple(replace(c, entry=e) for c in (*CONFIGS, *TORCH_COMPILE) for e in ("jit", "thunderfx"))
+    configs = ALL_CELLS
     assert_matches_eager(read_of_a_written_row_recomputed_before_the_epilogue, lambda g: (_x(g),), configs=configs)
 
 
@@ -2427,7 +2438,7 @@ def test_the_return_of_an_input_written_whole_then_through_a_row_under_no_grad()
     the view ``c[0]`` made again in the ``lerp_``'s region left the first one unread, in a later
     region than the ``mul_`` it was made from, and rematerialization recomputed it there, ``mul_``
     and all (``c`` doubled twice; the checker's WAW).  The walk now drops the views it leaves unread."""
-    configs = tuple(replace(c, entry=e) for c in (*CONFIGS, *TORCH_COMPILE) for e in ("jit", "thunderfx"))
+    configs = ALL_CELLS
     assert_matches_eager(no_grad_write_of_a_row_after_a_whole_write_then_return, lambda g: (_x(g), _x(g)), configs=configs)
 
 
@@ -2461,7 +2472,6 @@ def no_grad_write_through_a_view_then_only_the_view_returned(a, w):
     return (t1,)
 
 
-ALL_ENTRIES = tuple(replace(c, entry=e) for c in (*CONFIGS, *TORCH_COMPILE) for e in ("jit", "thunderfx"))
 _LEAF = lambda g: (torch.randn(12, requires_grad=g), torch.randn(12, requires_grad=g))  # noqa: E731
 _NON_LEAF = lambda g: (torch.randn(12, requires_grad=g) * 1, torch.randn(12))  # noqa: E731
 
@@ -2475,7 +2485,7 @@ def test_reads_by_the_input_after_a_no_grad_write_through_its_view_are_answered(
     no-grad write through ``view`` of a grad input), where eager answers and the regions are
     right: the write's region renames the input, and a later read of the input, or a view made
     from it after the write, takes the renamed input, never the written view."""
-    cells = judge_function(fn, make, configs=ALL_ENTRIES).cells
+    cells = judge_function(fn, make, configs=ALL_CELLS).cells
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
 
 
@@ -2492,7 +2502,7 @@ def test_the_written_view_used_after_a_no_grad_write_is_refused_with_torch_compi
     from thunder_ext import ViewGradientError
     from thunder_ext.testing.compare import error_in_chain
 
-    cells = judge_function(fn, make, configs=ALL_ENTRIES).cells
+    cells = judge_function(fn, make, configs=ALL_CELLS).cells
     assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
     for c in cells:
         refused = c.config.executors == "torch_compile" and c.grad
@@ -2521,7 +2531,7 @@ def test_no_class_6_refusal_when_no_output_takes_a_gradient():
     gradient (autodiff's joint trace has no ``get_grad``), so the backward never runs.  Plain
     Thunder and eager answer it."""
     make = lambda g: (_x(g), *_stats())  # noqa: E731
-    cells = judge_function(no_grad_writes_after_batch_norm_then_only_the_stats_returned, make, configs=ALL_ENTRIES).cells
+    cells = judge_function(no_grad_writes_after_batch_norm_then_only_the_stats_returned, make, configs=ALL_CELLS).cells
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
 
 
@@ -2549,7 +2559,7 @@ def test_a_returned_input_that_eager_gives_history_is_refused_not_needlessly():
     )
     assert plain.status == "wrong" and "requires grad in eager, not compiled" in plain.detail, plain
     cells = judge_function(
-        grad_value_with_a_zero_gradient_written_into_a_returned_plain_input, make, configs=ALL_ENTRIES
+        grad_value_with_a_zero_gradient_written_into_a_returned_plain_input, make, configs=ALL_CELLS
     ).cells
     assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
     refused = [c for c in cells if c.status == "refused"]
@@ -2585,14 +2595,9 @@ def test_a_written_slice_of_a_grad_input_returned_is_refused_with_torch_compile(
     there; the default executors answer it, and so does torch_compile_ex for the clone the
     message suggests."""
     shaped = lambda g: (_x(g) if leaf else _x(g) * 1,)  # noqa: E731
-    cells = judge_function(written_slice_of_a_grad_input_returned, shaped, configs=ALL_ENTRIES).cells
-    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
-    for c in cells:
-        if c.grad and c.config.executors == "torch_compile":
-            assert c.status == "refused" and "is returned after a write made under no-grad" in c.detail, c
-        else:
-            assert c.status == "correct", c
-    assert_matches_eager(slice_written_then_cloned, shaped, configs=ALL_ENTRIES)
+    cells = judge_function(written_slice_of_a_grad_input_returned, shaped, configs=ALL_CELLS).cells
+    assert_refused_only_with_torch_compile_under_grad(cells, "is returned after a write made under no-grad")
+    assert_matches_eager(slice_written_then_cloned, shaped, configs=ALL_CELLS)
 
 
 # -- soak seed 52000 ---------------------------------------------------------------------------
@@ -2615,7 +2620,7 @@ def test_a_second_whole_write_of_a_grad_input_is_no_write_through_a_view():
     name the first gave it, which counted as a write through a view the regions cannot make
     again.  Plain Thunder and eager answer it; so does the transform now, in every cell."""
     make = lambda g: (_x(False), _x(False), _x(g) * 1)  # noqa: E731
-    cells = judge_function(grad_input_written_whole_twice_then_an_older_row_read, make, configs=ALL_ENTRIES).cells
+    cells = judge_function(grad_input_written_whole_twice_then_an_older_row_read, make, configs=ALL_CELLS).cells
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
 
 
@@ -2638,9 +2643,4 @@ def test_a_view_made_before_a_no_grad_write_and_returned_is_refused_only_with_to
     make = lambda g: ((_x(g) if leaf else _x(g) * 1.0), *_stats())  # noqa: E731
     fn = view_made_before_a_no_grad_write_of_its_input_returned
     cells = judge_function(fn, make, configs=ALL_CELLS).cells
-    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
-    for c in cells:
-        if c.grad and c.config.executors == "torch_compile":
-            assert c.status == "refused" and "was made before that write" in c.detail, c
-        else:
-            assert c.status == "correct", c
+    assert_refused_only_with_torch_compile_under_grad(cells, "was made before that write")
