@@ -50,7 +50,7 @@ def decompose_bare_symbols(
 ) -> tuple[list[BoundSymbol], int]:
     """``bsyms`` with every bare symbol (:func:`is_bare`) bound again with its decomposition, and
     how many were.  Only where fusion executors run (``executors`` not None)."""
-    if executors is None or not any(is_bare(b) for b in bsyms):
+    if executors is None:
         return list(bsyms), 0
     out: list[BoundSymbol] = []
     n = 0

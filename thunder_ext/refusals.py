@@ -29,6 +29,7 @@ from thunder.core.proxies import ProxyTag, TensorProxy
 from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
+from thunder.core.utils import producers
 
 from thunder_ext.alias_analysis import AliasInfo, input_names, storage_groups, view_chain
 from thunder_ext.barriers import AliasRead, BarrierReport, strip_barriers
@@ -338,17 +339,14 @@ def _becomes_a_reshape(bsym: BoundSymbol) -> bool:
 
 
 def _made_before_its_write(bsyms: Sequence[BoundSymbol]) -> Callable[[AliasRead], bool]:
-    """Whether an alias read's stale name was made before its write, by where each name is
-    first made in ``bsyms`` (the stripped trace); a name or write not found there counts as made
-    before (doubt keeps the refusal)."""
-    first: dict[str, int] = {}
-    for k, b in enumerate(bsyms):
-        for p in b.flat_proxy_outs:
-            first.setdefault(p.name, k)
+    """Whether an alias read's stale name was made before its write, by where Thunder's
+    ``producers`` finds each made in ``bsyms`` (the stripped trace); a name or write not found
+    there counts as made before (doubt keeps the refusal)."""
+    made_at = producers(list(bsyms), _map_to_numbers=True)
 
     def made_before(ar: AliasRead) -> bool:
-        made = first.get(ar.proxy.name)
-        at = [first[p.name] for p in tensor_outs(ar.write) if p.name in first]
+        made = made_at.get(ar.proxy, None)
+        at = [made_at[p] for p in tensor_outs(ar.write) if p in made_at]
         return made is None or not at or made < min(at)
 
     return made_before
