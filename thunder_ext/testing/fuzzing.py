@@ -52,7 +52,10 @@ as generated (when any input requires grad) and once with none.  A cell passes w
 * eager raises, and the compiled run raises an error of the same type; or
 * the difference is one of the documented exceptions (docs/limits.md): eager's
   stricter version counter, eager's refusal of a write whose source overlaps its
-  destination, and ``None`` where eager's gradient is all zeros.
+  destination, and ``None`` where eager's gradient is all zeros; or
+* the difference is float rounding: eager run on the same values in float64 agrees with the
+  compiled run as closely as the comparison asks, where eager's float32 does not
+  (:func:`_rounding_only`; the soak counts these apart).
 
 A crash (any other exception) is a failure, even where plain Thunder crashes the same way:
 for a user it is still a failed call.  The only exemptions are the Thunder limitations
@@ -736,6 +739,61 @@ def _none_for_zero_grad(v) -> bool:
     return True
 
 
+def _as_float64(x):
+    """``x`` with its floating values in float64, keeping ``requires_grad`` and non-leafness."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        return x
+    d = x.detach().double().requires_grad_(x.requires_grad)
+    return d * 1 if x.grad_fn is not None else d
+
+
+def _like(ref, got):
+    """``ref`` (a float64 run) in the dtypes of ``got`` (the compiled run), tensor by tensor."""
+    if isinstance(ref, torch.Tensor) and isinstance(got, torch.Tensor) and ref.dtype != got.dtype:
+        return ref.to(got.dtype)
+    if isinstance(ref, (list, tuple)) and isinstance(got, (list, tuple)) and len(ref) == len(got):
+        return type(ref)(_like(r, g) for r, g in zip(ref, got))
+    if isinstance(ref, dict) and isinstance(got, dict):
+        return {k: _like(r, got.get(k)) for k, r in ref.items()}
+    return ref
+
+
+def _rounding_only(build: Builder, v) -> bool:
+    """The compiled run differs from eager only by float32 rounding (docs/limits.md, soak 55000).
+
+    A fused kernel rounds differently from eager's op-by-op float32 (Inductor folds ``exp``
+    into a normalisation, for one), and an ill-conditioned program makes that difference larger
+    than float32's tolerance.  The tiebreak is eager run on the same values in float64: a run
+    within float32's tolerance of it computed the program, whatever eager's float32 rounding
+    did.  An ordering bug reads another version of a tensor, which no rounding explains, so it
+    stays far from the float64 run too.  Only for a run that returned (``v.outcome``) where
+    eager returned as well.
+    """
+    from thunder_ext.testing.compare import Outcome, _assert_same, execute
+
+    got = v.outcome
+    if got is None or v.eager_error is not None:
+        return False
+    torch.manual_seed(0)
+    fn, args, state = build()
+    reference = execute(fn, [_as_float64(a) for a in args], {k: _as_float64(t) for k, t in state.items()})
+    if reference.error is not None:
+        return False
+    as_got = Outcome(
+        outputs=_like(reference.outputs, got.outputs),
+        inputs=_like(reference.inputs, got.inputs),
+        state=_like(reference.state, got.state),
+        grads=_like(reference.grads, got.grads),
+        after_call=_like(reference.after_call, got.after_call),
+        requires_grad=reference.requires_grad,
+    )
+    try:
+        _assert_same(got, as_got)
+    except AssertionError:
+        return False
+    return True
+
+
 # Thunder limitations docs/limits.md documents, by the exact error each raises.
 # Nothing else is exempt from the verdict, whatever plain Thunder does.
 DOCUMENTED_CRASHES: dict[str, str] = {
@@ -811,6 +869,8 @@ def judge_cell(build: Builder, config: Config, grad: bool, baseline: Callable[[]
             return cell("ok", "documented exception: Thunder's view is a reshape where eager's stride check refuses")
         if v.eager_error is None and _none_for_zero_grad(v):
             return cell("ok", "documented exception: None where eager's gradient is all zeros")
+        if v.eager_error is None and _rounding_only(build, v):
+            return cell("ok", "float rounding: eager in float64 agrees with the compiled run, not eager's float32")
         return cell("missed-refusal" if v.eager_error is not None else "wrong")
     if v.eager_error is not None and _same_error(error, v.eager_error):
         return cell("ok", "raises as eager does")
@@ -896,6 +956,8 @@ class SoakResult:
             if c.verdict == "ok" and c.status in ("wrong", "crash"):
                 # Not a failure: eager raises too, or a documented exception (see judge_cell).
                 key = "raises as eager does" if c.status == "crash" else "documented exception"
+                if c.detail.startswith("float rounding"):
+                    key = "float rounding (eager in float64 agrees)"
             self.statuses[key] = self.statuses.get(key, 0) + 1
         for c in j.failures:
             progs = self.failures.setdefault(c.signature(), [])
