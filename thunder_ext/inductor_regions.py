@@ -92,7 +92,7 @@ class InductorRegions(WalkPolicy):
         self._group_numel: dict[str, int] | None = None  # group -> elements of its largest member
         self._input_groups: set[str] | None = None
         self._replayable: dict[str, tuple | None] = {}
-        # A view of a grad-requiring input (any version) -> the input's name it was made from.
+        # A view of an input (any version) -> the input's name it was made from.
         self.made_from: dict[str, str] = {}
         self.replayed_from: dict[str, str] = {}  # a view made again -> the stripped name it stands for
 
@@ -148,23 +148,37 @@ class InductorRegions(WalkPolicy):
         renamed = [walk.current(v) for v, _ in plan.rename.values()]
         walk.emit(Plan(rename={r.name: (r, None) for r in renamed}, reasons=["torch.compile: the region ends after the rename"]), bsym)
 
-    # -- views of grad-requiring inputs: made again, never handed from region to region -------
+    # -- views of inputs: made again, never handed from region to region -----------------------
 
     def replay_views_of_renamed_inputs(self, bsym: BoundSymbol) -> None:
-        """An access through a view of an input that requires grad, made before the input was
-        last renamed, goes through the view made again from the input's new name.
+        """An access through a view of an input, made before the input was last renamed, goes
+        through the view made again from the input's new name.
 
-        Otherwise an earlier region hands the view to this one, and AOT autograd refuses a region
+        Otherwise an earlier region hands the view to this one.  Where the input requires grad,
+        AOT autograd refuses a region
         returning a view of a grad-requiring input written in place ("A view was created in
         no_grad mode ..."): ``t0 = a[:2]``, then ``t0.add_(t0)`` and ``t0.lerp_(a[:2], 0.1)``
         under no-grad, plain Thunder right.  Such views never cross a cut either
         (:meth:`replayable`); the input does.  A view reads no data: made again from the new
-        name, it is ordered after every write that name is ordered after."""
+        name, it is ordered after every write that name is ordered after.
+
+        Where it does not, the region receives the view and the input as two inputs that share
+        storage, and AOT autograd can get a region wrong that returns a view of one and writes
+        the other: ``t0 = rv[1:]``, ``batch_norm`` updating ``rv``, ``a[0] = rm`` (unfused), then
+        ``t0[0]`` returned and ``rv`` updated again came back with the first update's value
+        (soak seed 56000, no grad, consecutive; plain Thunder's one region is right).
+
+        The joint trace's ``get_grad`` and the return are such accesses too: a view returned
+        after a no-grad write into its input (``t0 = a.t()`` or ``a[1:]``, then ``a.add_(1.5)``
+        or ``t0.mul_(1.5)`` under no-grad, ``return t0``; soak seeds 51000 and 54000, where
+        plain Thunder crashes).  Autodiff's split matches each ``get_grad`` to a forward output
+        by name, and the ``get_grad`` comes first: it reads the view made again, so does the
+        return after it (``grad_taken_of`` keeps the name
+        from then on), and the backward, built already, never reads the forward's view."""
         walk = self.walk
-        if walk.options.config.executors is None or has_tags(bsym, {BoundSymbolTag.BACKWARD}):
+        backward = has_tags(bsym, {BoundSymbolTag.BACKWARD}) and bsym.sym.id != prims.PrimIDs.GET_GRAD
+        if walk.options.config.executors is None or backward:
             return
-        if is_return(bsym) or bsym.sym.id == prims.PrimIDs.GET_GRAD:
-            return  # Thunder connects gradients by these names: they stay
         for p in tensor_args(bsym):
             found = self.replayable(p.name)
             if found is None or walk.grad_taken_of(p.name):
@@ -195,17 +209,17 @@ class InductorRegions(WalkPolicy):
 
     def replayable(self, name: str) -> tuple[TensorProxy, list[BoundSymbol]] | None:
         """(the input, the views from it to ``name``) where ``name`` is a forward view (through
-        in-place ops that return what they write) of an input that requires grad; else None."""
+        in-place ops that return what they write) of an input; else None."""
         walk = self.walk
         if name not in self._replayable:
             root, chain = view_chain(name, walk.bsyms, walk.info.effects, walk.made_at, walk.inputs)
             x = walk.proxies.get(root) if root is not None else None
-            ok = x is not None and x.requires_grad and not any(has_tags(b, {BoundSymbolTag.BACKWARD}) for b in chain)
+            ok = x is not None and not any(has_tags(b, {BoundSymbolTag.BACKWARD}) for b in chain)
             self._replayable[name] = (x, chain) if ok else None
         return self._replayable[name]
 
     def note_view_made(self, bsym: BoundSymbol, effect) -> None:
-        """Which name of its input a view of a grad-requiring input was made from."""
+        """Which name of its input a view of an input was made from."""
         if not effect.is_view or has_tags(bsym, {BoundSymbolTag.BACKWARD}):
             return
         walk = self.walk
@@ -220,7 +234,7 @@ class InductorRegions(WalkPolicy):
         walk = self.walk
         found = self.replayable(self.stripped_name(w.name))
         if found is not None:
-            # A view of a grad-requiring input is never handed on (replay_views_of_renamed_inputs):
+            # A view of an input is never handed on (replay_views_of_renamed_inputs):
             # the input's newest name witnesses it where that name is ordered after it.
             x = walk.current(found[0])
             mine, theirs = walk.anc.get(w.name, 0), walk.anc.get(x.name, 0)
@@ -367,7 +381,7 @@ class InductorRegions(WalkPolicy):
         self.move_after_cut(deferred)
 
     def route(self, m: str, plan: Plan) -> None:
-        """``m`` crosses the cut through its barrier; a view of a grad-requiring input does not:
+        """``m`` crosses the cut through its barrier; a view of an input does not:
         the input does, and the view is made again after the cut from its new name
         (:meth:`replay_views_of_renamed_inputs`)."""
         found = self.replayable(self.stripped_name(m))

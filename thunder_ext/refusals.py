@@ -29,10 +29,9 @@ from thunder.core.proxies import ProxyTag, TensorProxy
 from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
-from thunder.core.utils import producers
 
 from thunder_ext.alias_analysis import AliasInfo, input_names, storage_groups, view_chain
-from thunder_ext.barriers import AliasRead, BarrierReport, strip_barriers
+from thunder_ext.barriers import BarrierReport, strip_barriers
 from thunder_ext.errors import (
     GradInputWriteError,
     LostScalarWriteError,
@@ -85,11 +84,7 @@ def refuse_unsupported_gradients(
     returned_whole = _with_whole_write_outputs(
         stripped, frozenset(n for n in names if not (writes.get(group_of(n), 0) > 1 and group_of(n) in opaque))
     )
-    made_before = _made_before_its_write(stripped[0]) if inductor else (lambda ar: False)
-    refuse_view_gradients(
-        report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque,
-        made_before_write=made_before,
-    )
+    refuse_view_gradients(report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque)
     if inductor:
         refuse_opaque_view_written_twice(stripped, view_writes, diff, opaque)
         refuse_opaque_view_used_after_its_write(stripped, view_writes, diff, opaque, returned_whole)
@@ -258,10 +253,9 @@ def refuse_opaque_view_used_after_its_write(
     ``b.sin()``), and neither do views made after the write, from them.
 
     Through a view the regions can make again (a slice: ``t1 = a[1:]``, ``t1.mul_(1.5)`` under
-    no-grad), only the return of such a name: a later read goes through the view made again,
-    but the return keeps its names (Thunder connects gradients by them), so the write's region
-    returns the view it wrote, and AOT autograd refuses that as well (soak seed 51000; plain
-    Thunder crashes the same way, leaf or not, in both fusion types and entries)."""
+    no-grad), every use is answered, the return too: each goes through the view made again from
+    the input's newest name (:meth:`~thunder_ext.inductor_regions.InductorRegions.replay_views_of_renamed_inputs`;
+    soak seed 51000, where plain Thunder crashes)."""
     bsyms, info = stripped
     at = {id(b): k for k, b in enumerate(bsyms)}
     made_in: dict[str, list[tuple[int, str]]] = {}  # group -> (where, name) of its names, first made
@@ -274,34 +268,19 @@ def refuse_opaque_view_used_after_its_write(
     writes_of: dict[str, set[int]] = {}
     for v, _, h, _ in view_writes:
         writes_of.setdefault(h, set()).add(id(v))
-    returns = [j for j, r in enumerate(bsyms) if is_return(r)]
     for b, w, g, chain in view_writes:
         base = next((n for n in info.inputs if info.group_of(n) == g and n in diff), None)
-        if base is None or id(b) not in at:
+        if g not in opaque or base is None or id(b) not in at:
             continue
         k = at[id(b)]
         names = {n for j, n in made_in.get(g, ()) if j <= k}
-        # Through a view the regions make again, a read goes through it made again
-        # (replay_views_of_renamed_inputs): only the return is judged.
-        for later in bsyms[k + 1 :] if g in opaque else [bsyms[j] for j in returns if j > k]:
+        for later in bsyms[k + 1 :]:
             if id(later) in writes_of[g]:
                 continue  # another such write: refuse_opaque_view_written_twice judges it
             used = returned_data(later) if is_return(later) else {p.name for p in later.flat_proxy_args}
             hit = next((n for n in sorted(used) if n in names), None)
             if hit is None:
                 continue
-            if g not in opaque:
-                if any(p.name == hit for p in b.flat_proxy_outs):
-                    hit = w.name  # the write's output is the view written, by the user's name for it
-                raise ViewGradientError(
-                    f"`{hit}` is returned after a write made under no-grad through `{w.name}`, a view of "
-                    f"`{base}` (which requires grad). With torch_compile_ex the write's fusion region would "
-                    "return a view of an input that requires grad, written in place, which AOT autograd "
-                    f"refuses (plain Thunder crashes there). Return `{hit}.clone()` or `{base}` itself, "
-                    "write outside the compiled function, or use the default executors",
-                    b,
-                    later,
-                )
             raise ViewGradientError(
                 f"`{hit}` is used after a write made under no-grad through `{w.name}`, a view of "
                 f"`{base}` (which requires grad) made by `view` or `reshape`, which is a reshape that "
@@ -338,20 +317,6 @@ def _becomes_a_reshape(bsym: BoundSymbol) -> bool:
     return False
 
 
-def _made_before_its_write(bsyms: Sequence[BoundSymbol]) -> Callable[[AliasRead], bool]:
-    """Whether an alias read's stale name was made before its write, by where Thunder's
-    ``producers`` finds each made in ``bsyms`` (the stripped trace); a name or write not found
-    there counts as made before (doubt keeps the refusal)."""
-    made_at = producers(list(bsyms), _map_to_numbers=True)
-
-    def made_before(ar: AliasRead) -> bool:
-        made = made_at.get(ar.proxy, None)
-        at = [made_at[p] for p in tensor_outs(ar.write) if p in made_at]
-        return made is None or not at or made < min(at)
-
-    return made_before
-
-
 def refuse_view_gradients(
     report: BarrierReport,
     diff: set[str],
@@ -359,7 +324,6 @@ def refuse_view_gradients(
     *,
     trace_inputs: frozenset[str] = frozenset(),
     opaque: Callable[[TensorProxy], bool] = lambda p: False,
-    made_before_write: Callable[[AliasRead], bool] = lambda ar: False,
 ) -> None:
     """Class 5: gradients would flow through a view of a tensor mutated in place.
 
@@ -373,11 +337,11 @@ def refuse_view_gradients(
     through a view of a grad-requiring input that the regions cannot make again (``opaque``, see
     :func:`_no_grad_view_writes`), and so does the return of a whole input written so twice
     (``inputs`` leaves those out); a read through such a view is refused by
-    :func:`refuse_opaque_view_used_after_its_write`.  So does the return of a name made before
-    the write (``made_before_write``; ``t0 = a[1:]``, then ``a.add_(1.5)`` under no-grad, ``return
-    t0``): the write's region would return a view of the grad input made before its write, which
-    AOT autograd refuses ("A view was created in no_grad mode ..."; plain Thunder crashes there, in
-    both fusion types; soak seed 54000).  There the return is let through only when
+    :func:`refuse_opaque_view_used_after_its_write`.  The return of a view the regions can make
+    again (a slice, a transpose) is answered, made before the write or after it: the fusion
+    stage makes it again from the input's newest name
+    (:meth:`~thunder_ext.inductor_regions.InductorRegions.replay_views_of_renamed_inputs`; soak
+    seeds 51000 and 54000).  An opaque return is let through only when
     nothing it returns carries a gradient, or when it reads the stale name only as an input's
     final state (``flat_args``) and that name is no trace input (``trace_inputs``): Thunder
     collects gradients by the names of inputs only, and no output is that name."""
@@ -388,12 +352,12 @@ def refuse_view_gradients(
         # writes a value Thunder's VJP treats as constant.
         effect = effect_of(ar.write)
         no_grad_write = not writes_with_grad(ar.write)
-        stale_view = is_return(ar.read) and (opaque(ar.written) or made_before_write(ar))
+        stale_view = is_return(ar.read) and opaque(ar.written)
         if no_grad_write and not stale_view:
             # The read, the return too, differentiates into the tensor as it was.  With
             # torch_compile_ex, a read through an opaque view: refuse_opaque_view_used_after_its_write.
             continue
-        if no_grad_write:  # with torch_compile_ex, the return of a stale view (above)
+        if no_grad_write:  # with torch_compile_ex, the return of a stale opaque view (above)
             if ar.proxy.name in inputs:
                 continue
             # Nothing returned carries a gradient: there is no backward for the stale name to
@@ -407,23 +371,13 @@ def refuse_view_gradients(
         involved = (ar.proxy, ar.written, *written_values)
         if not any(p.name in diff for p in involved):
             continue
-        if no_grad_write and opaque(ar.written):
+        if no_grad_write:
             raise ViewGradientError(
                 f"`{ar.proxy.name}` is read after a write made under no-grad through `{ar.written.name}`, "
                 "a view of an input that requires grad made by `view` or `reshape`, which is a reshape "
                 "that may copy after autodiff. torch_compile_ex cannot make that view again in a later "
                 "fusion region, and AOT autograd refuses a region that hands it on. Make the view by "
                 "slicing or indexing, write outside the compiled function, or use the default executors",
-                ar.write,
-                ar.read,
-            )
-        if no_grad_write:
-            raise ViewGradientError(
-                f"`{ar.proxy.name}` is returned after a write made under no-grad to `{ar.written.name}`, "
-                f"and `{ar.proxy.name}` was made before that write from storage of an input that requires "
-                "grad. With torch_compile_ex the write's fusion region would return that view, which AOT "
-                "autograd refuses (plain Thunder crashes there). Make the view after the write, return "
-                f"`{ar.proxy.name}.clone()`, or use the default executors",
                 ar.write,
                 ar.read,
             )
