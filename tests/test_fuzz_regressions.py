@@ -2732,6 +2732,33 @@ def test_float64_tiebreak_never_excuses_an_ordering_bug(name: str):
 # -- soak seed 56000 ---------------------------------------------------------------------------
 
 
+def running_mean_read_by_the_backward_then_updated(a, rm, rv):
+    t1 = a.mean(0)
+    t2 = t1 * rm  # the backward of this product reads rm
+    F.batch_norm(a, rm, rv, training=True, momentum=0.1)  # updates rm, without a version bump
+    return (t2,)
+
+
+def running_mean_read_by_the_backward_then_written_by_the_user(a, rm, rv):
+    t1 = a.mean(0)
+    t2 = t1 * rm
+    rm.mul_(0.9)  # a version bump: eager's backward raises
+    return (t2,)
+
+
+def test_a_running_stat_batch_norm_updates_may_be_read_by_the_backward():
+    """A needless SavedTensorMutationError (soak seed 56000, plain Thunder right): eager's
+    batch_norm updates its running stats without bumping their version counter, so eager's
+    backward reads the updated ``rm`` and raises nothing.  Now answered in every cell, the
+    write kept in place as eager keeps it.  A write of the user's own into ``rm`` is still refused,
+    where eager's backward raises."""
+    make = lambda g: (_x(g) * 1, *_stats())  # noqa: E731
+    assert_answered_in_every_cell(running_mean_read_by_the_backward_then_updated, make)
+    cells = judge_function(running_mean_read_by_the_backward_then_written_by_the_user, make, configs=ALL_CELLS).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    assert all(c.status == "refused" for c in cells if c.grad), "\n".join(map(str, cells))
+
+
 def view_of_running_var_read_across_an_unfused_setitem(a, rm, rv):
     t0 = rv[1:]
     t1 = F.batch_norm(a, rm, rv, training=True, momentum=0.1)

@@ -56,6 +56,10 @@ class StageReports:
     # Inputs that share storage in the call being compiled (thunder_ext.input_aliases); set
     # before autodiff, read by the fusion-stage pass of the same compilation.
     aliased_inputs: tuple[frozenset[str], ...] = ()
+    # Inputs only training-mode batch_norm writes (its running stats), found before autodiff,
+    # where batch_norm is still one symbol; the fusion stage sees its copy_s only
+    # (thunder_ext.refusals.refuse_saved_tensor_mutation).
+    running_stats_only: frozenset[str] = frozenset()
     # Writes whose source shares the destination's storage, checked before autodiff
     # (thunder_ext.overlap): how many, and how many were shown apart.
     overlaps: OverlapReport | None = None
@@ -130,7 +134,10 @@ class BarrierStage(FusionExecutor):
         )  # fmt: skip
         try:
             new, report = barrier_pass(trace, config)
-            refuse_saved_tensor_mutation(report, before.epilogue_writes if before is not None else None, joint=trace)
+            refuse_saved_tensor_mutation(
+                report, before.epilogue_writes if before is not None else None, joint=trace,
+                running_stats_only=reports_for(cd).running_stats_only if cd is not None else frozenset(),
+            )  # fmt: skip
             refuse_lost_scalar_writes(new, config.executors)
         except InplaceOrderingError as e:
             log_refusal("fusion stage", e)

@@ -799,8 +799,29 @@ def refuse_lost_scalar_writes(trace: TraceCtx, executors) -> None:
                 )
 
 
+def inputs_written_only_as_running_stats(stripped: tuple[list[BoundSymbol], AliasInfo]) -> frozenset[str]:
+    """The inputs whose storage only training-mode ``batch_norm`` writes: its running statistics.
+
+    Eager's ``batch_norm`` updates them without bumping their version counter (the schema of
+    ``native_batch_norm`` does not mark them written), so a backward that saved one of them
+    reads the updated values, where any other write would make eager raise."""
+    import thunder.torch as ltorch
+
+    bsyms, info = stripped
+    by_batch_norm: set[str] = set()
+    by_others: set[str] = set()
+    for bsym, effect in zip(bsyms, info.effects):
+        groups = {info.group_of(w) for w in effect.writes}
+        (by_batch_norm if bsym.sym.id == ltorch.batch_norm.id else by_others).update(groups)
+    return frozenset(n for n in info.inputs if info.group_of(n) in by_batch_norm - by_others)
+
+
 def refuse_saved_tensor_mutation(
-    report: BarrierReport, epilogue_writes: dict[str, BoundSymbol] | None = None, joint: TraceCtx | None = None
+    report: BarrierReport,
+    epilogue_writes: dict[str, BoundSymbol] | None = None,
+    joint: TraceCtx | None = None,
+    *,
+    running_stats_only: frozenset[str] = frozenset(),
 ) -> None:
     """Class 6, judged at the fusion stage: the backward reads a value a forward write replaced.
 
@@ -812,11 +833,21 @@ def refuse_saved_tensor_mutation(
     found no output that requires grad, so its backward never runs, and reads nothing
     (``t1 = F.batch_norm(a, rm, rv, training=True)``, no-grad writes into ``t1`` and ``a``,
     ``return rv``: soak seed 48000, plain Thunder right).
+
+    Nor where the write is a running statistic's update into an input that only ``batch_norm``
+    writes (``running_stats_only``, :func:`inputs_written_only_as_running_stats`): ``t2 = a.mean(0)
+    * rm``, then ``F.batch_norm(a, rm, rv, training=True)``.  Eager's backward reads the updated
+    ``rm`` there, without raising, and so does the write kept in place (soak seed 56000, plain
+    Thunder right).
     """
     if joint is not None and not any(b.sym.id == prims.PrimIDs.GET_GRAD for b in joint.bound_symbols):
         return
-    if report.backward_reads_of_forward_writes:
-        write, read = report.backward_reads_of_forward_writes[0]
+    reads = [
+        (w, r) for w, r in report.backward_reads_of_forward_writes
+        if not (effect_of(w).writes and all(d.name in running_stats_only for d in effect_of(w).writes))
+    ]  # fmt: skip
+    if reads:
+        write, read = reads[0]
         if write.source_filename is None and epilogue_writes:
             dests = [w.name for w in effect_of(write).writes]
             write = next((epilogue_writes[d] for d in dests if d in epilogue_writes), write)

@@ -42,7 +42,12 @@ from thunder_ext.logs import log_refusal, log_removal, log_report, log_split
 from thunder_ext.nvfuser_forms import bump_written_versions
 from thunder_ext.batched_copies import batch_copies
 from thunder_ext.reinplace import fold_copies, reinplace, reinplace_inputs
-from thunder_ext.refusals import differentiable_names, refuse_unsupported_gradients, stripped_storage
+from thunder_ext.refusals import (
+    differentiable_names,
+    inputs_written_only_as_running_stats,
+    refuse_unsupported_gradients,
+    stripped_storage,
+)
 from thunder_ext.validation import require_bool
 
 
@@ -97,6 +102,7 @@ class InplaceBarrierTransform(thunder.Transform):
         if cd is not None:
             reports = reports_for(cd)
             reports.before_autodiff, reports.aliased_inputs, reports.overlaps = report, aliased, overlaps
+            reports.running_stats_only = inputs_written_only_as_running_stats(stripped)
         return guard_substituted_aliases(prologue_trace, computation_trace), new, epilogue_trace
 
     def transform_trace_post_optimization(self, computation_trace: TraceCtx, **kwargs) -> TraceCtx:
