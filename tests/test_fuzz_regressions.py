@@ -2776,3 +2776,63 @@ def test_a_view_of_an_input_is_made_again_in_each_torch_compile_region():
     from the input's newest name in the region that uses them, as plain Thunder's one region does."""
     make = lambda g: (_x(False), *_stats())  # noqa: E731
     assert_answered_in_every_cell(view_of_running_var_read_across_an_unfused_setitem, make, grad_modes=(False,))
+
+
+def setitem_broadcast_from_an_overlapping_diagonal(a):
+    a.sin_()
+    t0 = a.diagonal()  # shares a[1, 1] and a[2, 2] with a[1:]
+    t2 = a.sin()
+    a[1:] = t0  # broadcast: (3,) into (3, 3)
+    return (t2, a * 2.0)
+
+
+def test_an_overlapping_setitem_broadcasts_its_value():
+    """A crash of the transform's own where plain Thunder is right (fuzzer, once it drew
+    ``diagonal``): a setitem whose value overlaps its destination is written as a view and a
+    ``copy_``, and Thunder's ``copy_`` wants one shape where setitem broadcasts ("Shapes were
+    expected to be the same, but got shapes (3,) and (3, 3)").  The value is expanded first."""
+    assert_answered_in_every_cell(setitem_broadcast_from_an_overlapping_diagonal, lambda g: (_x(False),), grad_modes=(False,))
+
+
+def diagonal_of_an_input_without_grad_read_across_writes(a, b, c):
+    a.sin_()
+    t0 = a.diagonal()
+    a.sin_()
+    a[1:] = t0  # overlaps t0: the write stays in place
+    return (t0, c)
+
+
+def test_a_diagonal_is_a_copy_wherever_autodiff_runs():
+    """Silently wrong with grad, plain Thunder too (fuzzer, once it drew ``diagonal``): ``a``
+    requires no grad, but ``c`` does, so autodiff runs, and it differentiates every op on floats,
+    ``diagonal`` as a gather.  The returned ``t0`` kept ``a``'s values from before the writes.
+    Refused where that happens (ThunderFX's graph of it can come out right); eager's answer
+    everywhere else."""
+    make = lambda g: (_x(False), _x(g), _x(g))  # noqa: E731
+    cells = judge_function(diagonal_of_an_input_without_grad_read_across_writes, make, configs=ALL_CELLS).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    assert any(c.status == "refused" for c in cells), "\n".join(map(str, cells))
+    for c in cells:
+        assert c.status == "correct" or (c.grad and "gather" in c.detail and c.plain == "wrong"), c
+
+
+# -- soak seed 58000 ---------------------------------------------------------------------------
+
+
+def exp_written_then_written_under_no_grad_and_dropped(a, b, rm, rv):
+    t0 = b * -0.5
+    t1 = a + 1.5
+    t0.exp_()  # exp_'s backward would read t0 ...
+    with torch.no_grad():
+        t0.add_(a)  # ... which this write keeps in place; but no output reads t0 again
+    a.sub_(0.5)
+    return (t1.sum(0), a, t1)
+
+
+def test_a_kept_write_no_output_reads_afterwards_is_not_refused():
+    """A needless SavedTensorMutationError (soak seed 58000, torch_compile_ex, plain Thunder
+    right): the class 6 check on private storage kept in place refused ``exp_`` although no
+    returned output depends on ``t0`` after it, so its backward never runs."""
+    make = lambda g: (_x(False), _x(g), *_stats())  # noqa: E731
+    cells = judge_function(exp_written_then_written_under_no_grad_and_dropped, make, configs=ALL_CELLS).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))

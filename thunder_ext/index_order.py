@@ -178,7 +178,11 @@ def _view_and_copy(new: TraceCtx, bsym: BoundSymbol) -> list[BoundSymbol]:
     dst, key, value = bsym.args
     with tracectx(new):
         new.push_scope([])
-        ltorch.copy_(ltorch.getitem(dst, key), value)
+        view = ltorch.getitem(dst, key)
+        if tuple(value.shape) != tuple(view.shape):
+            # setitem broadcasts its value (``a[1:] = a.diagonal()``); Thunder's copy_ wants one shape.
+            value = ltorch.expand(value, view.shape)
+        ltorch.copy_(view, value)
         recorded = new.pop_scope()
     return _placed(recorded, bsym)
 

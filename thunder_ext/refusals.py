@@ -11,7 +11,11 @@ storage a caller can see (inputs and their views), where the write stays.  Each 
 * a returned input that does not require grad after a differentiable value was written into
   it (Thunder returns the input tensor itself, without history);
 * :class:`OverwriteGradientError`: ``dst.copy_(src)`` with ``dst`` differentiable and ``src``
-  not, and ``dst`` read afterwards (Thunder loses the zero gradient, or fails in its backward).
+  not, and ``dst`` read afterwards (Thunder loses the zero gradient, or fails in its backward);
+* views that are no plain views across a write into their storage: a ``diagonal`` that
+  autodiff computes as a copy (:func:`refuse_views_autodiff_copies`), and the outputs of
+  ``split``/``chunk``/``unbind``, which eager refuses after such a write
+  (:func:`refuse_multi_output_views_across_writes`).
 
 Class 6 is judged at the fusion stage instead (:func:`refuse_saved_tensor_mutation`, called by
 :mod:`thunder_ext.integration`), where the backward exists.  Intermediate proxies carry no
@@ -22,6 +26,7 @@ Class 6 is judged at the fusion stage instead (:func:`refuse_saved_tensor_mutati
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
 
 from thunder.core import dtypes, prims
 from thunder.core.compile_data import get_compile_data
@@ -88,7 +93,8 @@ def refuse_unsupported_gradients(
     if inductor:
         refuse_opaque_view_written_twice(stripped, view_writes, diff, opaque)
         refuse_opaque_view_used_after_its_write(stripped, view_writes, diff, opaque, returned_whole)
-    placed = stripped_storage(after)  # one analysis of the placed trace, for the two checks that read it
+    placed = stripped_storage(after)  # one analysis of the placed trace, for the checks that read it
+    refuse_views_autodiff_copies(after, placed)
     refuse_returned_input_with_new_history(after, diff, placed)
     if graph_module:
         refuse_plain_input_history_under_thunderfx(before, diff, stripped)
@@ -99,6 +105,7 @@ def refuse_unsupported_gradients(
     independent = refuse_written_grad_inputs(before, stripped)
     refuse_running_stats_with_grad(before, diff)
     refuse_writes_through_grad_input_views(before, stripped, nvfuser_may_run=nvfuser_may_run)
+    refuse_multi_output_views_across_writes(before, stripped, diff)
     if independent is not None:  # after the more specific refusal of writes through views
         raise independent
 
@@ -120,9 +127,14 @@ def refuse_kept_writes_whose_backward_reads_the_old_value(
     (a later no-grad write into it, a view it cannot replay), by an op whose backward reads the
     destination's old value (``sin_``, ``mul_(w)``).  Thunder differentiates the in-place op as
     if that value were the new one: the gradient would be silently wrong, plain Thunder's too.
-    Storage that goes functional never gets here (its writes are values by now)."""
+    Storage that goes functional never gets here (its writes are values by now).
+
+    Nor a write whose storage no returned output reads afterwards: its backward never runs
+    (``t0 = b * -0.5; t0.exp_()``, then ``t0.add_(a)`` under no-grad and nothing else of ``t0``;
+    soak seed 58000, plain Thunder right)."""
     bsyms, info = placed or stripped_storage(after)
-    for b in bsyms:
+    read_for_outputs = _read_for_outputs(bsyms)
+    for i, b in enumerate(bsyms):
         effect = effect_of(b)
         name = str(b.sym.name)
         if len(effect.writes) != 1 or is_copy(b) or not writes_with_grad(b):
@@ -134,6 +146,10 @@ def refuse_kept_writes_whose_backward_reads_the_old_value(
             name in _BY_NUMBER_ONLY and any(isinstance(x, TensorProxy) for x in tensor_args(b)[1:])
         ):
             continue
+        g = info.group_of(dst)
+        if not any(info.group_of(p) == g for j, later in enumerate(bsyms[i + 1 :], i + 1) if j in read_for_outputs
+                   for p in tensor_args(later)):
+            continue  # no returned output depends on the storage after the write
         raise SavedTensorMutationError(
             f"`{name}` writes `{dst.name}` in place with grad enabled, and its backward reads the value "
             f"`{dst.name}` had before the write; the transform keeps this storage in place (a write the "
@@ -143,6 +159,18 @@ def refuse_kept_writes_whose_backward_reads_the_old_value(
             f"{dst.name}.{name[:-1]}(...)`), or clone before the write that keeps it in place",
             b,
         )
+
+
+def _read_for_outputs(bsyms: Sequence[BoundSymbol]) -> set[int]:
+    """Positions of the bsyms whose results the returned outputs depend on, the return included
+    (``flat_args``, the inputs' final states, are not differentiated)."""
+    needed = {p.name for p in _returned_outputs(bsyms)}
+    positions = {len(bsyms) - 1} if bsyms and is_return(bsyms[-1]) else set()
+    for k in range(len(bsyms) - 2, -1, -1):
+        if any(o.name in needed for o in tensor_outs(bsyms[k])):
+            positions.add(k)
+            needed.update(p.name for p in tensor_args(bsyms[k]))
+    return positions
 
 
 def stripped_storage(trace: TraceCtx) -> tuple[list[BoundSymbol], AliasInfo]:
@@ -766,6 +794,135 @@ def refuse_writes_through_grad_input_views(
                 )
         # A write returns its destination: the same tensor, not a view of it.
         itself.update(o.name for o, a in effect.aliases if a.name in itself and any(a is w for w in effect.writes))
+
+
+# View ops whose result stops being a plain view across an in-place write into its storage
+# (measured on every view op of Thunder's tables: tests/test_view_ops.py).
+# Autodiff runs these as copies: with no VJP of their own they are differentiated through their
+# decomposition, which gathers (Thunder 0.2.6: ``diagonal`` is ``movedim`` and ``take``), and it
+# differentiates every op on floats that a no-grad block did not make, whatever requires grad.
+VIEWS_AUTODIFF_COPIES = frozenset({"diagonal"})
+# Eager refuses the outputs of these once their storage is written ("Output 0 of SplitBackward0
+# is a view and its base or another view of its base has been modified inplace"), where
+# Thunder computes numbers.
+MULTI_OUTPUT_VIEWS = frozenset({"chunk", "split", "unbind"})
+
+
+def _detached(bsym: BoundSymbol) -> bool:
+    """Made in a no-grad block: Thunder tags such outputs ``DETACHED_AUTOGRAD_GRAPH``, and
+    autodiff treats the op as constant (it stays as written)."""
+    return any(ProxyTag.DETACHED_AUTOGRAD_GRAPH in o.tags for o in tensor_outs(bsym))
+
+
+class _ViewUse(NamedTuple):
+    """A use, across a write into its storage, of a view :func:`_view_uses_across_writes` tracks."""
+
+    name: str  # the view's name as used
+    view: BoundSymbol  # the tracked view op it is, or is a view of
+    write: BoundSymbol  # the write: the first one into its storage after the view, or this one
+    use: BoundSymbol  # the reader, or the write itself when it writes through the view
+    writes_through: bool
+
+
+def _view_uses_across_writes(
+    stripped: tuple[list[BoundSymbol], AliasInfo], tracked: Callable[[BoundSymbol], bool]
+) -> Iterator[_ViewUse]:
+    """Each write through a tracked view (or a view of one), and each read of one after a write
+    into its storage, in trace order."""
+    bsyms, info = stripped
+    views: dict[str, BoundSymbol] = {}  # name -> the tracked view op it is, or is a view of
+    stale: dict[str, BoundSymbol] = {}  # such a name -> the first write into its storage after it
+    for bsym, effect in zip(bsyms, info.effects):
+        for p in tensor_args(bsym):
+            if p.name in stale:
+                yield _ViewUse(p.name, views[p.name], stale[p.name], bsym, False)
+        for w in effect.writes:
+            if w.name in views:
+                yield _ViewUse(w.name, views[w.name], bsym, bsym, True)
+            for n in views:
+                if info.group_of(n) == info.group_of(w):
+                    stale.setdefault(n, bsym)
+        if tracked(bsym):
+            views.update((o.name, bsym) for o in tensor_outs(bsym))
+        elif effect.is_view:
+            views.update((o.name, views[a.name]) for o, a in effect.aliases if a.name in views)
+
+
+def refuse_views_autodiff_copies(after: TraceCtx, placed: tuple[list[BoundSymbol], AliasInfo] | None = None) -> None:
+    """Refuse a write through, or a read across a write of, a view autodiff will compute as a copy.
+
+    Judged on the placed trace, where writes into storage the pass made functional are values
+    already (a read of the view there is replayed from the current value, and a write through
+    it is a scatter): what is left are writes that stay in place through autodiff.  ``t0 =
+    a.diagonal()``, then ``t0.mul_(1.5)`` under no-grad, ``a`` requiring grad: autodiff computes
+    ``t0`` as a gather, a tensor of its own, so the write never reaches ``a``; and ``a.add_(1.5)``
+    under no-grad, then a read of ``t0``, sees ``a`` as it was.  Plain Thunder returns both
+    silently.  A view made in a no-grad block stays a view: ``with torch.no_grad():
+    a.diagonal().zero_()`` is answered.  Called only where autodiff runs."""
+    def copied(bsym: BoundSymbol) -> bool:
+        args = tensor_args(bsym)
+        return bsym.sym.name in VIEWS_AUTODIFF_COPIES and bool(args) and dtypes.is_inexact_dtype(args[0].dtype) and not _detached(bsym)
+
+    for u in _view_uses_across_writes(placed or stripped_storage(after), copied):
+        base = tensor_args(u.view)[0].name
+        op = u.view.sym.name
+        if u.writes_through:
+            raise ViewGradientError(
+                f"`{u.name}` is written in place, and comes from `{op}` of `{base}`. Thunder's autodiff "
+                f"computes `{op}` as a gather, a copy of its own, so the write would never reach "
+                "the tensor it views (plain Thunder loses it silently). Make the view inside the "
+                f"`torch.no_grad()` block that writes it (`with torch.no_grad(): x.{op}().mul_(...)`), "
+                "or write outside the compiled function",
+                u.view,
+                u.use,
+            )
+        raise ViewGradientError(
+            f"`{u.name}` is read after an in-place write to the storage it views, and comes from "
+            f"`{op}` of `{base}`. Thunder's autodiff computes `{op}` as a gather, a copy of its "
+            "own, so the read would see the values from before the write (plain Thunder returns "
+            f"them silently). Make the `{op}` after the write, or write outside the compiled function",
+            u.write,
+            u.use,
+        )
+
+
+def refuse_multi_output_views_across_writes(
+    trace: TraceCtx, stripped: tuple[list[BoundSymbol], AliasInfo] | None, diff: set[str]
+) -> None:
+    """Refuse what eager refuses of ``MULTI_OUTPUT_VIEWS`` made with grad: ``t0 = a.split(2)[0]``,
+    a write into its storage (even under no-grad, even through ``t0``), then ``t0`` used with grad
+    or returned; or a write with grad through ``t0``.  Thunder computes numbers there.  A use
+    under no-grad, a ``detach``, and reads of the base only are answered, as in eager.  Judged on
+    the program as written."""
+    def made_with_grad(bsym: BoundSymbol) -> bool:
+        return any(a.name in diff for a in tensor_args(bsym)) and not _detached(bsym)
+
+    def multi_output(bsym: BoundSymbol) -> bool:
+        return bsym.sym.name in MULTI_OUTPUT_VIEWS and made_with_grad(bsym)
+
+    for u in _view_uses_across_writes(stripped or stripped_storage(trace), multi_output):
+        base = tensor_args(u.view)[0].name
+        op = u.view.sym.name
+        if u.writes_through and writes_with_grad(u.use):
+            raise ViewGradientError(
+                f"`{u.name}` comes from `{op}` of `{base}`, which returns several views, and is written "
+                "in place with grad enabled. Eager PyTorch raises here (\"... is a view and is being "
+                "modified inplace\"), where Thunder would compute numbers. Clone the view before "
+                "writing it, or write through indexing",
+                u.view,
+                u.use,
+            )
+        used_with_grad = is_return(u.use) or (made_with_grad(u.use) and u.use.sym.name != "detach")
+        if not u.writes_through and used_with_grad:
+            raise ViewGradientError(
+                f"`{u.name}` comes from `{op}` of `{base}`, which returns several views, and is used "
+                "with grad after an in-place write into their storage. Eager PyTorch raises here "
+                "(\"... is a view and its base or another view of its base has been modified "
+                "inplace\"), where Thunder would compute numbers. Clone the views before the write, "
+                "or index the tensor instead",
+                u.write,
+                u.use,
+            )
 
 
 def refuse_lost_scalar_writes(trace: TraceCtx, executors) -> None:

@@ -16,8 +16,9 @@ requiring grad), and ``idx = tensor([1, 0])`` when ``index_copy_`` is used.  Sta
   ``F.relu(t, inplace=True)`` (an untagged in-place composite);
 * views, slices and reshapes: ``t[0]``, ``t[1:]``, ``t[:2]``, ``t[:, 1]``, ``t.view(-1)``,
   ``t.view(2, 6)``, ``t.reshape(3, 4)``, ``t.t()``, ``t.unsqueeze(0)``, the strided ``t[::2]``,
-  and the expanded ``t.expand(2, *t.shape)`` (read, never written: eager refuses writes to
-  overlapping memory);
+  the expanded ``t.expand(2, *t.shape)`` (read, never written: eager refuses writes to
+  overlapping memory), ``t.diagonal()`` (autodiff makes it a gather) and ``t.split(2)[1]``
+  (an output of a multi-output view, which eager refuses after a write into its storage);
 * writes: ``copy_``, ``index_copy_(0, idx, s)``, setitem ``t[0] = s`` / ``t[1:] = c``;
 * ``F.batch_norm(t, rm, rv, training=True)`` on a 2-D tensor (updates ``rm``/``rv``), and
   module-buffer updates written by hand, under ``torch.no_grad()`` as modules do,
@@ -302,7 +303,7 @@ class _Builder:
     def view(self) -> bool:
         kinds = (
             "[0]", "[1:]", "[:2]", "[:, 1]", "view(-1)", "view(2, 6)", "reshape(3, 4)", "t()", "unsqueeze(0)",
-            "[::2]", "expand",
+            "[::2]", "expand", "diagonal()", "split(2)[1]",
         )
         kind = self.draw(st.sampled_from(kinds))
         v = self.pick(lambda v: _view_shape(kind, v) is not None)
@@ -474,6 +475,10 @@ def _view_shape(kind: str, v: _Var) -> tuple[tuple[int, ...], bool] | None:
         return (((s[0] + 1) // 2, *s[1:]), False) if n >= 1 and s[0] >= 3 else None
     if kind == "expand":
         return ((2, *s), False) if n <= 2 else None
+    if kind == "diagonal()":
+        return ((min(s),), False) if n == 2 else None
+    if kind == "split(2)[1]":
+        return ((min(2, s[0] - 2), *s[1:]), v.contiguous) if n >= 1 and s[0] >= 3 else None
     raise ValueError(kind)
 
 

@@ -1,0 +1,120 @@
+"""Every view op in Thunder's view tables, with a write into its storage, against eager PyTorch.
+
+Thunder lists the ops whose result shares its input's storage in
+``thunder.torch._syms_returning_views``.  Each one is run on an input that requires grad, in
+the two shapes where autodiff decides whether the view is still a view at run time:
+
+* made before a write under no-grad into the input, and read after it (``t0 = a.diagonal()``,
+  ``a.add_(1.5)``, then ``t0``);
+* written through, under no-grad (``t0.mul_(1.5)``), then the input read.
+
+Every cell must give eager's answer, or a refusal where plain Thunder does not give it, or raise
+where eager raises (the fuzzer's verdict rule).  ``diagonal`` is why: autodiff runs it as a
+gather, a copy (any float ``diagonal`` not made under no-grad, once autodiff runs at all), and
+plain Thunder loses the write silently; and eager refuses ``split``'s
+outputs after such a write, where Thunder computes numbers (``thunder_ext.refusals``,
+``VIEWS_AUTODIFF_COPIES`` and ``MULTI_OUTPUT_VIEWS``).  An op that behaves so in a later Thunder
+or PyTorch fails here until it joins those tables.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+import pytest
+import torch
+
+import thunder.torch as ltorch
+from thunder_ext.refusals import MULTI_OUTPUT_VIEWS, VIEWS_AUTODIFF_COPIES
+from thunder_ext.testing.compare import Config, differential
+from thunder_ext.testing.fuzzing import CONFIGS, judge_function
+
+# Each view op of the table, applied to a (4, 3) float tensor.
+VIEW_OPS = {
+    "adjoint": lambda a: a.adjoint(),
+    "as_strided": lambda a: a.as_strided((2, 2), (3, 1)),
+    "chunk": lambda a: a.chunk(2, 1)[0],
+    "detach": lambda a: a.detach(),
+    "diagonal": lambda a: a.diagonal(),
+    "expand": lambda a: a[:1].expand(4, 3),
+    "expand_as": lambda a: a[:1].expand_as(a),
+    "getitem": lambda a: a[1:, ::2],
+    "hsplit": lambda a: a.hsplit(3)[1],
+    "movedim": lambda a: a.movedim(0, 1),
+    "narrow": lambda a: a.narrow(0, 1, 2),
+    "permute": lambda a: a.permute(1, 0),
+    "select": lambda a: a.select(0, 2),
+    "split": lambda a: a.split(2)[1],
+    "split_with_sizes": lambda a: a.split_with_sizes([1, 3])[1],
+    "squeeze": lambda a: a.unsqueeze(0).squeeze(0),
+    "swapaxes": lambda a: a.swapaxes(0, 1),
+    "swapdims": lambda a: a.swapdims(0, 1),
+    "t": lambda a: a.t(),
+    "tensor_split": lambda a: a.tensor_split(2)[1],
+    "transpose": lambda a: a.transpose(0, 1),
+    "unbind": lambda a: a.unbind(0)[1],
+    "unflatten": lambda a: a.unflatten(0, (2, 2)),
+    "unsqueeze": lambda a: a.unsqueeze(0),
+    "view": lambda a: a.view(12),
+    "view_as": lambda a: a.view_as(a),
+    "vsplit": lambda a: a.vsplit(2)[1],
+}
+# Table entries with no such call: complex or sparse inputs only, Thunder's own primitive, and an
+# op plain Thunder cannot trace at all (unfold: "Exception encountered when doing automatic
+# registration", Thunder 0.2.6).
+NOT_APPLICABLE = {"real", "imag", "view_as_real", "indices", "values", "shallow_copy", "unfold"}
+
+GRAD_CELLS = tuple(replace(c, executors=e) for e in ("default", "torch_compile") for c in CONFIGS)
+
+
+def _made_before_a_write(view):
+    def fn(a, b):
+        t0 = view(a)
+        with torch.no_grad():
+            a.add_(1.5)
+        return (t0 * 2.0, a * b)
+
+    return fn
+
+
+def _written_through(view):
+    def fn(a, b):
+        t0 = view(a)
+        with torch.no_grad():
+            t0.mul_(1.5)
+        return (a * b,)
+
+    return fn
+
+
+def _args(grad: bool):
+    return torch.randn(4, 3).requires_grad_(grad), torch.randn(4, 3)
+
+
+@functools.cache
+def _plain_torch_compile_differentiates(name: str) -> bool:
+    """Whether plain Thunder with torch_compile_ex differentiates the view op at all, no write
+    anywhere.  Not for the ops Thunder registers from PyTorch (``narrow``, ``swapaxes``,
+    ``adjoint``, ...): their VJP calls torch.autograd inside a region, where Dynamo fails
+    ("Unexpected type in sourceless builder", torch 2.11), so their cells are out of scope."""
+    view = VIEW_OPS[name]
+    plain = Config(transform=False, check=False, fusion_type="consecutive", executors="torch_compile")
+    return differential(lambda: (lambda a, b: (view(a) * 2.0, a * b), _args(True), {}), plain).status == "correct"
+
+
+def test_the_table_is_covered():
+    names = {s.name for s in ltorch._syms_returning_views}
+    assert names - NOT_APPLICABLE == set(VIEW_OPS), names ^ (set(VIEW_OPS) | NOT_APPLICABLE)
+    assert VIEWS_AUTODIFF_COPIES | MULTI_OUTPUT_VIEWS <= set(VIEW_OPS)
+
+
+@pytest.mark.parametrize("shape", [_made_before_a_write, _written_through], ids=["made_before", "written_through"])
+@pytest.mark.parametrize("name", sorted(VIEW_OPS))
+def test_view_op_across_a_no_grad_write(name: str, shape):
+    configs = GRAD_CELLS if _plain_torch_compile_differentiates(name) else CONFIGS
+    cells = judge_function(shape(VIEW_OPS[name]), _args, grad_modes=(True,), configs=configs).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    if name in VIEWS_AUTODIFF_COPIES:
+        # Refused with the default executors, where plain Thunder is silently wrong.
+        assert all(c.status == "refused" and "gather" in c.detail for c in cells if c.config.executors == "default")
