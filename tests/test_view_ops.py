@@ -60,10 +60,11 @@ VIEW_OPS = {
     "view_as": lambda a: a.view_as(a),
     "vsplit": lambda a: a.vsplit(2)[1],
 }
-# Table entries with no such call: complex or sparse inputs only, Thunder's own primitive, and an
-# op plain Thunder cannot trace at all (unfold: "Exception encountered when doing automatic
-# registration", Thunder 0.2.6).
-NOT_APPLICABLE = {"real", "imag", "view_as_real", "indices", "values", "shallow_copy", "unfold"}
+# Table entries with no such call: complex or sparse inputs only, or a complex result
+# (view_as_complex, in Thunder main's table), Thunder's own primitive, and an op plain Thunder
+# cannot trace at all (unfold: "Exception encountered when doing automatic registration",
+# Thunder 0.2.6).
+NOT_APPLICABLE = {"real", "imag", "view_as_real", "view_as_complex", "indices", "values", "shallow_copy", "unfold"}
 
 GRAD_CELLS = tuple(replace(c, executors=e) for e in ("default", "torch_compile") for c in CONFIGS)
 
