@@ -11,9 +11,9 @@ the two shapes where autodiff decides whether the view is still a view at run ti
 Every cell must give eager's answer, or a refusal where plain Thunder does not give it, or raise
 where eager raises (the fuzzer's verdict rule).  ``diagonal`` is why: autodiff runs it as a
 gather, a copy (any float ``diagonal`` not made under no-grad, once autodiff runs at all), and
-plain Thunder loses the write silently; and eager refuses ``split``'s
-outputs after such a write, where Thunder computes numbers (``thunder_ext.refusals``,
-``VIEWS_AUTODIFF_COPIES`` and ``MULTI_OUTPUT_VIEWS``).  An op that behaves so in a later Thunder
+plain Thunder loses the write silently (answered: ``thunder_ext.copied_views``,
+``VIEWS_AUTODIFF_COPIES``); and eager refuses ``split``'s outputs after such a write, where
+Thunder computes numbers (refused: ``thunder_ext.refusals.MULTI_OUTPUT_VIEWS``).  An op that behaves so in a later Thunder
 or PyTorch fails here until it joins those tables.
 """
 
@@ -26,7 +26,8 @@ import pytest
 import torch
 
 import thunder.torch as ltorch
-from thunder_ext.refusals import MULTI_OUTPUT_VIEWS, VIEWS_AUTODIFF_COPIES
+from thunder_ext.copied_views import VIEWS_AUTODIFF_COPIES
+from thunder_ext.refusals import MULTI_OUTPUT_VIEWS
 from thunder_ext.testing.compare import Config, differential
 from thunder_ext.testing.fuzzing import CONFIGS, judge_function
 
@@ -117,5 +118,7 @@ def test_view_op_across_a_no_grad_write(name: str, shape):
     cells = judge_function(shape(VIEW_OPS[name]), _args, grad_modes=(True,), configs=configs).cells
     assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
     if name in VIEWS_AUTODIFF_COPIES:
-        # Refused with the default executors, where plain Thunder is silently wrong.
-        assert all(c.status == "refused" and "gather" in c.detail for c in cells if c.config.executors == "default")
+        # Answered (thunder_ext.copied_views), where plain Thunder is silently wrong.
+        assert all(c.status == "correct" for c in cells), "\n".join(map(str, cells))
+        plain = Config(transform=False, check=False, fusion_type="consecutive", executors="default")
+        assert differential(lambda: (shape(VIEW_OPS[name]), _args(True), {}), plain).status == "wrong"

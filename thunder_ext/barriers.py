@@ -68,6 +68,7 @@ from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.extend import Executor
 
 from thunder_ext.barrier_plan import Plan
+from thunder_ext.copied_views import replay_views_autodiff_copies
 from thunder_ext.alias_analysis import AliasInfo, StorageGroups, accessed_groups, input_names, storage_groups
 from thunder_ext import stage_config
 from thunder_ext.errors import PartitionerWouldDropError, PlacementDidNotConvergeError, UnorderableAccessError
@@ -167,6 +168,10 @@ class BarrierReport:
     # Views of grad-requiring inputs made again from the input's new name rather than handed
     # from one torch_compile_ex region to the next (fusion stage; thunder_ext.inductor_regions).
     views_made_again: int = 0
+    # Views autodiff computes as copies (``diagonal``), made again around the writes into their
+    # storage: no-grad write handles, and reads after a write (before autodiff; thunder_ext.copied_views).
+    copied_view_handles: int = 0
+    copied_views_replayed: int = 0
     # Witnesses left out because they carry gradients (before autodiff; see place_barriers).
     dropped_witnesses: int = 0
     stripped: int = 0
@@ -857,7 +862,8 @@ def _pipeline(
        (:mod:`thunder_ext.functionalize`); at the fusion stage, an old value of such an input that
        the backward reads is cloned where it is made (:mod:`thunder_ext.saved_values`), and where
        nvFuser runs, a clone of written storage is made a real copy and squeezing views leave its
-       regions (:mod:`thunder_ext.nvfuser_forms`);
+       regions (:mod:`thunder_ext.nvfuser_forms`); before autodiff, a view autodiff computes as
+       a copy is made again around the writes left in place (:mod:`thunder_ext.copied_views`);
     4. fallback barriers on what is left (:class:`_Placer`), and 5. dead in-place writes removed
        (:mod:`thunder_ext.dead_writes`), repeated until nothing is dead; where a dead write kept
        storage in place, the pipeline starts again once without it;
@@ -877,6 +883,11 @@ def _pipeline(
     new_trace = from_trace(trace)
     effects: dict = {}  # the effects of bsyms analysed more than once (see storage_groups)
     stripped, freport, dead_functional = _functionalize(trace, new_trace, stripped, config, effects)  # 3
+    copied = None
+    if config.differentiable:  # autodiff will run: its copies of views must not cross a write
+        stripped, copied = replay_views_autodiff_copies(new_trace, stripped, input_names(trace), effects)
+        made = frozenset(new for new, old in copied.stands_for.items() if old in config.differentiable)
+        config = replace(config, differentiable=config.differentiable | made)
     stripped, saved = keep_old_values_for_backward(trace, new_trace, stripped, config, effects)
     stripped, clones_copied = copy_clones(
         trace, stripped, input_names(trace), config.executors, config.aliased_inputs, effects
@@ -908,6 +919,8 @@ def _pipeline(
         report.functional_inputs, report.kept_inputs = freport.functional_inputs, freport.kept_inputs
         report.epilogue_writes = freport.epilogue_writes
         report.zero_gradient_links = freport.zero_gradient_links
+    if copied is not None:
+        report.copied_view_handles, report.copied_views_replayed = copied.write_handles, copied.replayed_reads
     report.stripped = nstripped
     report.saved_old_values = saved
     report.clones_copied, report.views_unfused = clones_copied, views_unfused

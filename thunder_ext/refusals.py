@@ -34,9 +34,11 @@ from thunder.core.proxies import ProxyTag, TensorProxy
 from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
+from thunder.core.utils import producers
 
 from thunder_ext.alias_analysis import AliasInfo, input_names, storage_groups, view_chain
 from thunder_ext.barriers import BarrierReport, strip_barriers
+from thunder_ext.copied_views import VIEWS_AUTODIFF_COPIES, autodiff_copies, is_detached
 from thunder_ext.errors import (
     GradInputWriteError,
     LostScalarWriteError,
@@ -164,12 +166,17 @@ def refuse_kept_writes_whose_backward_reads_the_old_value(
 def _read_for_outputs(bsyms: Sequence[BoundSymbol]) -> set[int]:
     """Positions of the bsyms whose results the returned outputs depend on, the return included
     (``flat_args``, the inputs' final states, are not differentiated)."""
-    needed = {p.name for p in _returned_outputs(bsyms)}
+    made_at = producers(list(bsyms), _map_to_numbers=True)
     positions = {len(bsyms) - 1} if bsyms and is_return(bsyms[-1]) else set()
-    for k in range(len(bsyms) - 2, -1, -1):
-        if any(o.name in needed for o in tensor_outs(bsyms[k])):
-            positions.add(k)
-            needed.update(p.name for p in tensor_args(bsyms[k]))
+    todo, seen = list(_returned_outputs(bsyms)), set()
+    while todo:
+        p = todo.pop()
+        k = made_at.get(p, None)
+        if p.name in seen or k is None:
+            continue
+        seen.add(p.name)
+        positions.add(k)
+        todo.extend(tensor_args(bsyms[k]))
     return positions
 
 
@@ -336,6 +343,8 @@ def _with_whole_write_outputs(stripped: tuple[list[BoundSymbol], AliasInfo], who
 def _becomes_a_reshape(bsym: BoundSymbol) -> bool:
     """Whether ``bsym`` decomposes into ``prims.reshape``: ``Tensor.view`` does, and autodiff
     leaves the fusion stage that prim, a reshape that may copy."""
+    if autodiff_copies(bsym):
+        return False  # made again around every write (thunder_ext.copied_views): never handed on
     stack = [bsym]
     while stack:
         b = stack.pop()
@@ -796,22 +805,10 @@ def refuse_writes_through_grad_input_views(
         itself.update(o.name for o, a in effect.aliases if a.name in itself and any(a is w for w in effect.writes))
 
 
-# View ops whose result stops being a plain view across an in-place write into its storage
-# (measured on every view op of Thunder's tables: tests/test_view_ops.py).
-# Autodiff runs these as copies: with no VJP of their own they are differentiated through their
-# decomposition, which gathers (Thunder 0.2.6: ``diagonal`` is ``movedim`` and ``take``), and it
-# differentiates every op on floats that a no-grad block did not make, whatever requires grad.
-VIEWS_AUTODIFF_COPIES = frozenset({"diagonal"})
 # Eager refuses the outputs of these once their storage is written ("Output 0 of SplitBackward0
 # is a view and its base or another view of its base has been modified inplace"), where
 # Thunder computes numbers.
 MULTI_OUTPUT_VIEWS = frozenset({"chunk", "split", "unbind"})
-
-
-def _detached(bsym: BoundSymbol) -> bool:
-    """Made in a no-grad block: Thunder tags such outputs ``DETACHED_AUTOGRAD_GRAPH``, and
-    autodiff treats the op as constant (it stays as written)."""
-    return any(ProxyTag.DETACHED_AUTOGRAD_GRAPH in o.tags for o in tensor_outs(bsym))
 
 
 class _ViewUse(NamedTuple):
@@ -849,21 +846,19 @@ def _view_uses_across_writes(
 
 
 def refuse_views_autodiff_copies(after: TraceCtx, placed: tuple[list[BoundSymbol], AliasInfo] | None = None) -> None:
-    """Refuse a write through, or a read across a write of, a view autodiff will compute as a copy.
+    """Refuse a write through, or a read across a write of, a view autodiff will compute as a copy
+    (:data:`thunder_ext.copied_views.VIEWS_AUTODIFF_COPIES`).
 
-    Judged on the placed trace, where writes into storage the pass made functional are values
-    already (a read of the view there is replayed from the current value, and a write through
-    it is a scatter): what is left are writes that stay in place through autodiff.  ``t0 =
-    a.diagonal()``, then ``t0.mul_(1.5)`` under no-grad, ``a`` requiring grad: autodiff computes
-    ``t0`` as a gather, a tensor of its own, so the write never reaches ``a``; and ``a.add_(1.5)``
-    under no-grad, then a read of ``t0``, sees ``a`` as it was.  Plain Thunder returns both
-    silently.  A view made in a no-grad block stays a view: ``with torch.no_grad():
-    a.diagonal().zero_()`` is answered.  Called only where autodiff runs."""
-    def copied(bsym: BoundSymbol) -> bool:
-        args = tensor_args(bsym)
-        return bsym.sym.name in VIEWS_AUTODIFF_COPIES and bool(args) and dtypes.is_inexact_dtype(args[0].dtype) and not _detached(bsym)
-
-    for u in _view_uses_across_writes(placed or stripped_storage(after), copied):
+    Judged on the placed trace.  Writes into storage the pass made functional are values there,
+    and :mod:`thunder_ext.copied_views` has made such views again around the writes kept in
+    place: a no-grad write goes through a detached handle, a read after a write reads a view made
+    after it.  What is left is a write *with grad* through such a view into storage kept in place
+    (a write handle would drop its history): ``t0 = a.diagonal()``, ``t0.mul_(b)``, ``a`` sharing
+    storage with another input.  Autodiff computes ``t0`` as a gather, a tensor of its own, so
+    the write would never reach ``a``; plain Thunder loses it silently.  A read left across a
+    write is refused the same way, as a guard: the replay should leave none.  Called only where
+    autodiff runs."""
+    for u in _view_uses_across_writes(placed or stripped_storage(after), autodiff_copies):
         base = tensor_args(u.view)[0].name
         op = u.view.sym.name
         if u.writes_through:
@@ -895,7 +890,7 @@ def refuse_multi_output_views_across_writes(
     under no-grad, a ``detach``, and reads of the base only are answered, as in eager.  Judged on
     the program as written."""
     def made_with_grad(bsym: BoundSymbol) -> bool:
-        return any(a.name in diff for a in tensor_args(bsym)) and not _detached(bsym)
+        return any(a.name in diff for a in tensor_args(bsym)) and not is_detached(bsym)
 
     def multi_output(bsym: BoundSymbol) -> bool:
         return bsym.sym.name in MULTI_OUTPUT_VIEWS and made_with_grad(bsym)

@@ -64,6 +64,11 @@ def _input_lines(report) -> list[str]:
         lines.append(f"{report.zero_gradient_links} overwrite(s) of a tensor with gradients made a value that keeps its zero gradient (a where)")
     if getattr(report, "clones_copied", 0):
         lines.append(f"{report.clones_copied} clone(s) of written storage run as copies outside nvFuser (it would alias them)")
+    if getattr(report, "copied_view_handles", 0) or getattr(report, "copied_views_replayed", 0):
+        lines.append(
+            f"views autodiff copies (diagonal): {report.copied_view_handles} no-grad write(s) through a detached "
+            f"handle, {report.copied_views_replayed} read(s) after a write made again"
+        )
     if getattr(report, "views_unfused", 0):
         lines.append(f"{report.views_unfused} squeezing view(s) run outside nvFuser's regions")
     if getattr(report, "strided_writes_copied", 0):

@@ -1,0 +1,33 @@
+"""Recording new bound symbols: a call traced into a trace's scope, and the bsyms it made.
+
+Every step that adds bsyms to a trace (a write made a value, a view made again, a clone of an
+old value) traces an ``ltorch`` call this way, so that Thunder names the new proxies and binds
+the symbols exactly as it does when it traces the user's program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx, tracectx
+
+T = TypeVar("T")
+
+
+def record(trace: TraceCtx, fn: Callable[[], T]) -> tuple[list[BoundSymbol], T]:
+    """Call ``fn`` with ``trace`` current, and return the bsyms it bound at top level and its
+    result; the scope is closed even where ``fn`` raises."""
+    with tracectx(trace):
+        trace.push_scope([])
+        try:
+            result = fn()
+        finally:
+            made = trace.pop_scope()
+    return made, result
+
+
+def at_source_of(bsyms: Iterable[BoundSymbol], like: BoundSymbol) -> list[BoundSymbol]:
+    """``bsyms`` under ``like``'s source line: what the user sees for the code a rewrite of ``like`` made."""
+    return [b.from_bsym(source_filename=like.source_filename, source_positions=like.source_positions) for b in bsyms]
