@@ -31,11 +31,12 @@ from collections.abc import Sequence
 
 from thunder.core.proxies import variableify
 from thunder.core.symbol import BoundSymbol
-from thunder.core.trace import TraceCtx, tracectx
+from thunder.core.trace import TraceCtx
 from thunder.extend import Executor
 
 from thunder_ext.functionalize import _claim
 from thunder_ext.op_kinds import tensor_args, tensor_outs
+from thunder_ext.recording import record
 
 
 def is_bare(bsym: BoundSymbol) -> bool:
@@ -69,14 +70,10 @@ def _bound_again(
 ) -> list[BoundSymbol] | None:
     """``bsym`` traced again in ``new_trace``, its output renamed back; None where tracing it gives
     no decomposition (the symbol has none to give) or another number of outputs."""
-    with tracectx(new_trace):
-        new_trace.push_scope([])
-        try:
-            bsym.sym(*bsym.args, **bsym.kwargs)
-        except Exception:  # noqa: BLE001  (a symbol that cannot be called again keeps its binding)
-            new_trace.pop_scope()
-            return None
-        made = new_trace.pop_scope()
+    try:
+        made, _ = record(new_trace, lambda: bsym.sym(*bsym.args, **bsym.kwargs))
+    except Exception:  # noqa: BLE001  (a symbol that cannot be called again keeps its binding)
+        return None
     if len(made) != 1 or not made[0].subsymbols:
         return None
     old, new = bsym.flat_proxy_outs, made[0].flat_proxy_outs

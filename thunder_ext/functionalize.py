@@ -87,11 +87,12 @@ from thunder.core import dtypes, prims
 from thunder.core.proxies import ProxyTag, TensorProxy, variableify
 from thunder.core.pytree import tree_map
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol, has_tags
-from thunder.core.trace import TraceCtx, from_trace, tracectx
+from thunder.core.trace import TraceCtx, from_trace
 from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import storage_groups
 from thunder_ext.overlap import find_overlaps, is_plain_copy
+from thunder_ext.recording import at_source_of, record
 from thunder_ext.op_kinds import (
     effect_of,
     is_copy,
@@ -550,18 +551,13 @@ class _Functionalizer:
         return [p for p in _flat(result) if isinstance(p, TensorProxy)]
 
     def record(self, fn):
-        with tracectx(self.new_trace):
-            self.new_trace.push_scope([])
-            result = fn()
-            bsyms = self.new_trace.pop_scope()
-        return bsyms, result
+        return record(self.new_trace, fn)
 
     def emit(self, bsyms: list[BoundSymbol], like: BoundSymbol) -> None:
         if self.executors is not None:
             bsyms = _claim(self.trace, bsyms, self.executors)
         backward = has_tags(like, {BoundSymbolTag.BACKWARD})
-        for b in bsyms:
-            b = b.from_bsym(source_filename=like.source_filename, source_positions=like.source_positions)
+        for b in at_source_of(bsyms, like):
             if backward:
                 b.tags.add(BoundSymbolTag.BACKWARD)
             self.out.append(b)

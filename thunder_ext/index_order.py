@@ -59,11 +59,12 @@ from dataclasses import dataclass, field
 import thunder.torch as ltorch
 from thunder.core.proxies import TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol
-from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
+from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 
 from thunder_ext.alias_analysis import AliasInfo
 from thunder_ext.op_kinds import copies_without_grad, is_copy, tensor_args, tensor_outs
 from thunder_ext.overlap import SPLIT_BY_ENTRY, find_overlaps, index_operands
+from thunder_ext.recording import at_source_of, record
 
 # Above this many index entries the op is not split (each entry is three bsyms, and more once
 # functionalized), and the overlap check refuses it as before.
@@ -176,14 +177,14 @@ def split_overlapping_index_writes(
 def _view_and_copy(new: TraceCtx, bsym: BoundSymbol) -> list[BoundSymbol]:
     """``setitem_(dst, key, value)`` as ``dst[key].copy_(value)``, recorded in ``new``."""
     dst, key, value = bsym.args
-    with tracectx(new):
-        new.push_scope([])
+
+    def view_and_copy():
         view = ltorch.getitem(dst, key)
-        if tuple(value.shape) != tuple(view.shape):
-            # setitem broadcasts its value (``a[1:] = a.diagonal()``); Thunder's copy_ wants one shape.
-            value = ltorch.expand(value, view.shape)
-        ltorch.copy_(view, value)
-        recorded = new.pop_scope()
+        # setitem broadcasts its value (``a[1:] = a.diagonal()``); Thunder's copy_ wants one shape.
+        v = value if tuple(value.shape) == tuple(view.shape) else ltorch.expand(value, view.shape)
+        ltorch.copy_(view, v)
+
+    recorded, _ = record(new, view_and_copy)
     return _placed(recorded, bsym)
 
 
@@ -191,10 +192,7 @@ def _placed(recorded: list[BoundSymbol], bsym: BoundSymbol) -> list[BoundSymbol]
     # Each keeps the user's line (for messages), and the grad mode its copy_ was traced in:
     # Thunder reads it from the compilation, which is no longer tracing the user's function.
     flag = not copies_without_grad(bsym)
-    return [
-        _with_grad_mode(b, flag).from_bsym(source_filename=bsym.source_filename, source_positions=bsym.source_positions)
-        for b in recorded
-    ]
+    return at_source_of((_with_grad_mode(b, flag) for b in recorded), bsym)
 
 
 def _entries(new: TraceCtx, bsym: BoundSymbol) -> tuple[list[BoundSymbol], TensorProxy, int]:
@@ -202,14 +200,16 @@ def _entries(new: TraceCtx, bsym: BoundSymbol) -> tuple[list[BoundSymbol], Tenso
     dst, dim, index, source = index_operands(bsym)
     n = int(index.shape[0])
     lead = (slice(None),) * dim
-    with tracectx(new):
-        new.push_scope([])
+
+    def one_write_per_entry():
         last = None
         for i in range(n):
             entry = ltorch.getitem(index, slice(i, i + 1))
             row = ltorch.getitem(source, (*lead, slice(i, i + 1)))
             last = bsym.sym(dst, dim, entry, row)
-        recorded = new.pop_scope()
+        return last
+
+    recorded, last = record(new, one_write_per_entry)
     return _placed(recorded, bsym), last, n
 
 

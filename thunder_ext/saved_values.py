@@ -34,11 +34,12 @@ from __future__ import annotations
 import thunder.torch as ltorch
 from thunder.core.proxies import TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
-from thunder.core.trace import TraceCtx, tracectx
+from thunder.core.trace import TraceCtx
 
 from thunder_ext.alias_analysis import input_names, storage_groups
 from thunder_ext.functionalize import _claim
 from thunder_ext.op_kinds import effect_of, is_copy, tensor_args
+from thunder_ext.recording import at_source_of, record
 from thunder_ext.stage_config import StageConfig
 
 
@@ -85,14 +86,8 @@ def keep_old_values_for_backward(
     for at, olds in needed.items():
         for p, k in olds.values():
             like = bsyms[k]  # the epilogue: the source line of the input's last write
-            with tracectx(new_trace):
-                new_trace.push_scope([])
-                saved = ltorch.clone(p)
-                made = new_trace.pop_scope()
-            made = _claim(trace, made, config.executors)
-            clones.setdefault(at, []).extend(
-                m.from_bsym(source_filename=like.source_filename, source_positions=like.source_positions) for m in made
-            )
+            made, saved = record(new_trace, lambda: ltorch.clone(p))
+            clones.setdefault(at, []).extend(at_source_of(_claim(trace, made, config.executors), like))
             swap[variableify(p)] = saved
     out: list[BoundSymbol] = []
     for i, b in enumerate(bsyms):
