@@ -2836,3 +2836,61 @@ def test_a_kept_write_no_output_reads_afterwards_is_not_refused():
     make = lambda g: (_x(False), _x(g), *_stats())  # noqa: E731
     cells = judge_function(exp_written_then_written_under_no_grad_and_dropped, make, configs=ALL_CELLS).cells
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+# -- soak seed 60000 ---------------------------------------------------------------------------
+
+
+def transposed_write_next_to_batch_norm(a, b, rm, rv):
+    t2 = F.batch_norm(b, rm, rv, training=True, momentum=0.1)
+    t3 = a.t()
+    t3 += 0.5  # functionalized: an index_copy of the new values into a's flattened value
+    a += b
+    return (t2,)
+
+
+def transposed_write_next_to_a_mean(a, b):
+    t0 = b - b.mean(0)
+    a.t().add_(0.5)
+    return (t0, a + b)
+
+
+def index_copy_next_to_a_mean(a, b):
+    t0 = b - b.mean(0)
+    a.index_copy_(0, torch.tensor([2, 0]), b[:2] * 2.0)
+    return (t0, a + b)
+
+
+TC_CELLS = tuple(c for c in ALL_CELLS if c.executors == "torch_compile")
+
+
+def _right_in_every_torch_compile_cell(fn, make) -> None:
+    """Eager's answer in every torch_compile_ex cell; but under ThunderFX with grad, where ``a``
+    (no grad) is written with a value that carries one, the documented ThunderFX refusal."""
+    cells = judge_function(fn, make, configs=TC_CELLS).cells
+    assert cells and all(
+        c.status == "correct" or (c.grad and c.config.entry == "thunderfx" and "Under ThunderFX" in c.detail) for c in cells
+    ), "\n".join(map(str, cells))
+    assert any(c.grad and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+@pytest.mark.parametrize("fn", [transposed_write_next_to_batch_norm, transposed_write_next_to_a_mean])
+def test_scatter_next_to_a_reduction_runs_outside_inductor(fn):
+    """Silently wrong with torch_compile_ex, plain Thunder right (soak seed 60000, no grad): the
+    write through ``a.t()`` became an ``index_copy``, and Inductor (torch 2.11, CPU; torch.compile
+    alone too) computes a scatter wrongly when a kernel reading its result also reads a tensor a
+    reduction of the same graph reads.  Such scatters now run eagerly, outside the regions; with
+    grad, the prim autodiff leaves (``prims.index_copy``) too."""
+    make = (lambda g: (_x(False), _x(g), *_stats())) if "batch_norm" in fn.__name__ else (lambda g: (_x(False), _x(g)))
+    _right_in_every_torch_compile_cell(fn, make)
+
+
+def test_a_users_index_copy_next_to_a_reduction_is_right_where_plain_thunder_is_wrong():
+    """The same Inductor family on the user's own ``index_copy_``: plain Thunder with
+    torch_compile_ex is silently wrong, the transform runs the scatter outside the regions."""
+    from thunder_ext.testing.compare import Config, differential
+
+    make = lambda g: (_x(False), _x(g))  # noqa: E731
+    plain = Config(transform=False, check=False, fusion_type="dataflow", executors="torch_compile")
+    assert differential(lambda: (index_copy_next_to_a_mean, make(False), {}), plain).status == "wrong"
+    _right_in_every_torch_compile_cell(index_copy_next_to_a_mean, make)

@@ -85,7 +85,7 @@ from thunder_ext.op_kinds import (
 )
 from thunder_ext.executor_policies import policies_for
 from thunder_ext.functionalize import InputPolicy, functionalize
-from thunder_ext.inductor_regions import epilogue_fits_a_region, unfuse_epilogue, unfuse_self_sourced_scatters
+from thunder_ext.inductor_regions import epilogue_fits_a_region, unfuse_epilogue, unfuse_scatters
 from thunder_ext.remat_guard import (
     BarrierSymbols,
     barrier_symbols,
@@ -1066,14 +1066,14 @@ def _unfused_outs(trace, options: PlacementOptions, out: list[BoundSymbol]) -> f
 
 
 def _unfused(trace, options: PlacementOptions, out: list[BoundSymbol]) -> tuple[list[BoundSymbol], int, int]:
-    """Inductor's epilogue (:func:`unfuse_epilogue`) and scatters sourced from their own ``self``
-    (:func:`thunder_ext.inductor_regions.unfuse_self_sourced_scatters`), where ``torch_compile_ex``
+    """Inductor's epilogue (:func:`unfuse_epilogue`) and the scatters Inductor gets wrong
+    (:func:`thunder_ext.inductor_regions.unfuse_scatters`), where ``torch_compile_ex``
     runs the trace; where nvFuser does, the epilogues of dying slice writes
     (:func:`thunder_ext.nvfuser_forms.slice_epilogues_outside_nvfuser`); how many of those, and how
     many epilogue copies stay in Inductor's region (:func:`epilogue_fits_a_region`)."""
     config = options.config
     if options.symbols.inductor:
-        out = unfuse_self_sourced_scatters(out)[0]
+        out = unfuse_scatters(out)[0]
         if config.epilogue_inputs and epilogue_fits_a_region(out, config.epilogue_inputs):
             return out, 0, sum(1 for b in out if is_copy(b))  # the epilogue's, the region's only copies
         if config.epilogue_inputs:

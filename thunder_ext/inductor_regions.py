@@ -813,24 +813,56 @@ def _eager_scatters() -> dict[str, object]:
 _EAGER_SCATTERS: dict[str, object] = {}
 
 
-def unfuse_self_sourced_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tuple[list[BoundSymbol], int]:
-    """``out`` with each ``index_copy``/``index_add`` whose source is its own ``self`` (one proxy,
-    both places) run eagerly, outside every ``torch_compile_ex`` region, and how many.
+# Reduction prims.  Inductor (torch 2.11, CPU) computes an index_copy/index_add wrongly when a
+# kernel that reads its result also reads a tensor a reduction of the same graph reads:
+# ``(b - b.mean(0), torch.index_copy(a, 0, i, v) + b)`` under torch.compile alone (soak seed 60000).
+_REDUCTIONS = frozenset(
+    getattr(prims.PrimIDs, n) for n in ("SUM", "PROD", "VAR", "VAR_MEAN", "AMAX", "AMIN", "ARGMAX", "ARGMIN", "TOPK", "SORT")
+    if hasattr(prims.PrimIDs, n)
+)
 
-    Inductor (torch 2.11) computes ``index_copy(t, 0, idx, t)`` of a value ``t`` its region makes
-    wrongly, and ``torch.compile`` alone too (with ``t.clone()`` as the source as well, which it
-    removes); eager's out-of-place kernel copies ``self`` before it writes.  Functionalization makes
-    such a call from ``t0.copy_(t1); t0.index_copy_(0, idx, t1)``: after the copy, ``t0``'s value
-    is ``t1`` (soak seed 44000, silently wrong in both fusion types, no grad)::
+
+def _reduces(bsym: BoundSymbol) -> bool:
+    """``bsym`` is, or decomposes into, a reduction prim."""
+    stack = [bsym]
+    while stack:
+        b = stack.pop()
+        if b.sym.id in _REDUCTIONS:
+            return True
+        stack.extend(b.subsymbols)
+    return False
+
+
+def unfuse_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tuple[list[BoundSymbol], int]:
+    """``out`` with the forward ``index_copy``/``index_add`` calls Inductor gets wrong run eagerly,
+    outside every ``torch_compile_ex`` region, and how many.  Two families (torch 2.11, CPU,
+    ``torch.compile`` alone too):
+
+    * a scatter whose source is its own ``self`` (one proxy, both places): Inductor computes
+      ``index_copy(t, 0, idx, t)`` of a value ``t`` its region makes wrongly (with ``t.clone()``
+      as the source as well, which it removes); eager's out-of-place kernel copies ``self``
+      before it writes.  Functionalization makes such a call from ``t0.copy_(t1);
+      t0.index_copy_(0, idx, t1)`` (soak seed 44000);
+    * any scatter, where the forward also reduces: a kernel reading the scatter's result and a
+      tensor that a reduction reads comes out as if the scatter had not run.  Functionalization
+      makes the scatter from a write through a view (``a.t().add_(0.5)`` next to a
+      ``batch_norm``, soak seed 60000, plain Thunder right)::
 
         before (torch_compile_ex may fuse)          after
         t20 = ltorch.index_copy(t1, 0, idx, t1)     t20 = eager_index_copy(t1, 0, idx, t1)
+
+    On the final trace they become the torch executor's again, where reinplacing may put them
+    back in place (:func:`torch_forms_of_eager_scatters`).
     """
+    forward = [b for b in out if not has_tags(b, {BoundSymbolTag.BACKWARD})]
+    reduces = any(_reduces(b) for b in forward)
     moved = 0
     out = list(out)
     for k, b in enumerate(out):
         args = tensor_args(b)
-        if not args or not any(a.name == args[0].name for a in args[1:]) or has_tags(b, {BoundSymbolTag.BACKWARD}):
+        if not args or has_tags(b, {BoundSymbolTag.BACKWARD}):
+            continue
+        if not (reduces or any(a.name == args[0].name for a in args[1:])):
             continue
         eager = eager_scatter(b)
         if eager is not None:
@@ -840,8 +872,8 @@ def unfuse_self_sourced_scatters(out: list[BoundSymbol], trace: TraceCtx | None 
 
 
 def eager_scatter(b: BoundSymbol) -> BoundSymbol | None:
-    """``b``, an ``index_copy``/``index_add`` (ltorch's or the torch executor's, positional
-    arguments only), bound as the transform's own eager symbol; None for anything else."""
+    """``b``, an ``index_copy``/``index_add`` (ltorch's, the torch executor's or the prim's,
+    positional arguments only), bound as the transform's own eager symbol; None for anything else."""
     import thunder.executors.torchex as torchex_module
     import thunder.torch as ltorch
 
@@ -849,13 +881,18 @@ def eager_scatter(b: BoundSymbol) -> BoundSymbol | None:
         _EAGER_SCATTERS.update(_eager_scatters())
     name = str(b.sym.name)
     sym = _EAGER_SCATTERS.get(name)
-    # ltorch's symbol or the torch executor's, both in torch's argument order (``prims.index_copy``
-    # has the same name and another order).
-    if sym is None or b.sym.id not in (getattr(ltorch, name).id, getattr(torchex_module, name).id):
+    if sym is None or b.kwargs or len(b.flat_proxy_outs) != 1:
         return None
-    if b.kwargs or len(b.flat_proxy_outs) != 1:
+    # ltorch's symbol or the torch executor's, in torch's argument order (self, dim, index,
+    # source); or the prim autodiff leaves, in its own (self, index, source, dim).
+    if b.sym.id in (getattr(ltorch, name).id, getattr(torchex_module, name).id):
+        args = b.args
+    elif b.sym.id == getattr(prims.PrimIDs, name.upper(), None) and len(b.args) == 4:
+        a, index, source, dim = b.args
+        args = (a, dim, index, source)
+    else:
         return None
-    return sym.bind(*b.args, output=b.output).from_bsym(
+    return sym.bind(*args, output=b.output).from_bsym(
         header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
     )
 
