@@ -2894,3 +2894,20 @@ def test_a_users_index_copy_next_to_a_reduction_is_right_where_plain_thunder_is_
     plain = Config(transform=False, check=False, fusion_type="dataflow", executors="torch_compile")
     assert differential(lambda: (index_copy_next_to_a_mean, make(False), {}), plain).status == "wrong"
     _right_in_every_torch_compile_cell(index_copy_next_to_a_mean, make)
+
+
+def split_output_written_through_itself_then_used(a):
+    t0 = a.split(2)[1]
+    with torch.no_grad():
+        t0.add_(t0)
+    t1 = t0.sum(0)  # reads the add_'s output in Thunder's trace: the same tensor, written
+    return (t0, t1)
+
+
+def test_a_split_output_read_by_the_name_its_write_gave_it_is_refused():
+    """Eager raises ("Output 1 of SplitBackward0 is a view and its base ... has been modified
+    inplace"), and the transform returned numbers (soak seed 60000, grad; plain Thunder crashes):
+    the refusal tracked ``t0`` but not the write's output, the name Thunder's trace reads after."""
+    cells = judge_function(split_output_written_through_itself_then_used, lambda g: (_x(g),), grad_modes=(True,)).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    assert all(c.status == "refused" and "several views" in c.detail for c in cells), "\n".join(map(str, cells))

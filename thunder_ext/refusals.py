@@ -843,6 +843,13 @@ def _view_uses_across_writes(
             views.update((o.name, bsym) for o in tensor_outs(bsym))
         elif effect.is_view:
             views.update((o.name, views[a.name]) for o, a in effect.aliases if a.name in views)
+        for o, a in effect.aliases:
+            if a.name in views and any(a is w for w in effect.writes):
+                # A write's output is the tensor it wrote, written already: Thunder's traces read
+                # it after the write (``t0.add_(t0)``, then ``t0.sum(0)`` reads the add_'s output;
+                # soak seed 60000).
+                views[o.name] = views[a.name]
+                stale.setdefault(o.name, bsym)
 
 
 def refuse_views_autodiff_copies(after: TraceCtx, placed: tuple[list[BoundSymbol], AliasInfo] | None = None) -> None:
