@@ -10,6 +10,7 @@ ThunderFX), and plain Thunder must be wrong on each, or the case tests nothing n
 from __future__ import annotations
 
 import pytest
+import thunder_ext
 import torch
 
 from thunder_ext.testing.compare import Config, differential
@@ -138,3 +139,24 @@ def test_a_write_with_grad_through_it_into_kept_storage_is_still_refused():
     refused = [c for c in cells if c.status == "refused"]
     # Class 5 names it first here (``y`` read after a write with grad through its view ``d``).
     assert refused and all("ViewGradientError" in c.detail for c in refused), "\n".join(map(str, cells))
+
+
+def test_one_handle_for_a_write_that_reads_its_own_destination():
+    """``t0.add_(t0)`` through a ``diagonal``: one write handle serves both arguments."""
+    import thunder
+
+    from thunder_ext.transforms import InplaceBarrierTransform
+
+    def fn(a, b):
+        t0 = a.diagonal()
+        with torch.no_grad():
+            t0.add_(t0)
+        return (a * b,)
+
+    a, b = _matrices(True)
+    expected = fn(a.detach().clone().requires_grad_(), b)[0]
+    jfn = thunder.jit(fn, transforms=[InplaceBarrierTransform()])
+    x = a.detach().clone().requires_grad_()
+    torch.testing.assert_close(jfn(x, b)[0], expected)
+    report = thunder_ext.last_reports(jfn)[0].before_autodiff
+    assert (report.copied_view_handles, report.copied_views_replayed) == (1, 0)

@@ -142,7 +142,7 @@ def replay_views_autodiff_copies(
     for bsym, effect in zip(bsyms, info.effects):
         swap: dict = {}
         written = {w.name for w in effect.writes}
-        for p in tensor_args(bsym):
+        for p in {p.name: p for p in tensor_args(bsym)}.values():  # ``t0.add_(t0)``: one handle
             if p.name not in chains:
                 continue
             if p.name in written:
