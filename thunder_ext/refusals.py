@@ -860,9 +860,10 @@ def refuse_views_autodiff_copies(after: TraceCtx, placed: tuple[list[BoundSymbol
     and :mod:`thunder_ext.copied_views` has made such views again around the writes kept in
     place: a no-grad write goes through a detached handle, a read after a write reads a view made
     after it.  What is left is a write *with grad* through such a view into storage kept in place
-    (a write handle would drop its history): ``t0 = a.diagonal()``, ``t0.mul_(b)``, ``a`` sharing
-    storage with another input.  Autodiff computes ``t0`` as a gather, a tensor of its own, so
-    the write would never reach ``a``; plain Thunder loses it silently.  A read left across a
+    (a write handle would drop its history): ``y = a * 2; d = y.diagonal()``, ``y.add_(1)`` under
+    no-grad (which keeps ``y`` in place), then ``d.mul_(b[0])`` with grad.  Autodiff computes ``d``
+    as a gather, a tensor of its own, so the write would never reach ``y``; plain Thunder loses it
+    silently.  A read left across a
     write is refused the same way, as a guard: the replay should leave none.  Called only where
     autodiff runs."""
     for u in _view_uses_across_writes(placed or stripped_storage(after), autodiff_copies):
