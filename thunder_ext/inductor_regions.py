@@ -813,8 +813,8 @@ def _eager_scatters() -> dict[str, object]:
 _EAGER_SCATTERS: dict[str, object] = {}
 
 
-# Reduction prims.  Inductor (torch 2.11, CPU) computes an index_copy/index_add wrongly when a
-# kernel that reads its result also reads a tensor a reduction of the same graph reads:
+# Reduction prims.  Inductor (torch 2.11, CPU) computes an index_copy/index_add wrongly when an op
+# that reads its result also reads a tensor a reduction of the same graph reads:
 # ``(b - b.mean(0), torch.index_copy(a, 0, i, v) + b)`` under torch.compile alone (soak seed 60000).
 _REDUCTIONS = frozenset(
     getattr(prims.PrimIDs, n) for n in ("SUM", "PROD", "VAR", "VAR_MEAN", "AMAX", "AMIN", "ARGMAX", "ARGMIN", "TOPK", "SORT")
@@ -833,6 +833,46 @@ def _reduces(bsym: BoundSymbol) -> bool:
     return False
 
 
+def _passes_data(b: BoundSymbol) -> bool:
+    """``b`` hands its argument's elements on unchanged: a view, a reshape (which may copy), a
+    ``shallow_copy``."""
+    return view_kind(b) is not None or effect_of(b).is_view or b.sym.id == prims.PrimIDs.SHALLOW_COPY
+
+
+def _through_views(forward: list[BoundSymbol]) -> dict[str, BoundSymbol]:
+    """Each name a :func:`_passes_data` bsym makes -> that bsym."""
+    return {o.name: b for b in forward if _passes_data(b) for o in tensor_outs(b)}
+
+
+def _read_by_reductions(forward: list[BoundSymbol]) -> set[str]:
+    """The names whose data a reduction of ``forward`` reads, through views and shallow copies."""
+    viewed = _through_views(forward)
+    names: set[str] = set()
+    todo = [p for b in forward if _reduces(b) for p in tensor_args(b)]
+    while todo:
+        p = todo.pop()
+        if p.name not in names:
+            names.add(p.name)
+            if p.name in viewed:
+                todo.extend(tensor_args(viewed[p.name]))
+    return names
+
+
+def _read_beside(scatter: BoundSymbol, forward: list[BoundSymbol], reduced: set[str]) -> bool:
+    """A bsym of ``forward`` reads ``scatter``'s result (or a view of it) and also a name a
+    reduction reads: the kernel Inductor gets wrong."""
+    result = {o.name for o in tensor_outs(scatter)}
+    for b in forward:
+        names = {p.name for p in tensor_args(b)}
+        if not names & result:
+            continue
+        if _passes_data(b):
+            result |= {o.name for o in tensor_outs(b)}
+        elif (names - result) & reduced:
+            return True
+    return False
+
+
 def unfuse_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tuple[list[BoundSymbol], int]:
     """``out`` with the forward ``index_copy``/``index_add`` calls Inductor gets wrong run eagerly,
     outside every ``torch_compile_ex`` region, and how many.  Two families (torch 2.11, CPU,
@@ -843,8 +883,8 @@ def unfuse_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tu
       as the source as well, which it removes); eager's out-of-place kernel copies ``self``
       before it writes.  Functionalization makes such a call from ``t0.copy_(t1);
       t0.index_copy_(0, idx, t1)`` (soak seed 44000);
-    * any scatter, where the forward also reduces: a kernel reading the scatter's result and a
-      tensor that a reduction reads comes out as if the scatter had not run.  Functionalization
+    * a scatter whose result (or a view of it) is read by an op that also reads a tensor a
+      reduction reads: Inductor's kernel for that op comes out as if the scatter had not run.  Functionalization
       makes the scatter from a write through a view (``a.t().add_(0.5)`` next to a
       ``batch_norm``, soak seed 60000, plain Thunder right)::
 
@@ -855,25 +895,26 @@ def unfuse_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tu
     back in place (:func:`torch_forms_of_eager_scatters`).
     """
     forward = [b for b in out if not has_tags(b, {BoundSymbolTag.BACKWARD})]
-    reduces = any(_reduces(b) for b in forward)
+    reduced = _read_by_reductions(forward)
     moved = 0
     out = list(out)
     for k, b in enumerate(out):
         args = tensor_args(b)
         if not args or has_tags(b, {BoundSymbolTag.BACKWARD}):
             continue
-        if not (reduces or any(a.name == args[0].name for a in args[1:])):
+        if not (any(a.name == args[0].name for a in args[1:]) or _read_beside(b, forward, reduced)):
             continue
-        eager = eager_scatter(b)
+        eager = eager_scatter(b, prim=True)
         if eager is not None:
             out[k] = eager
             moved += 1
     return out, moved
 
 
-def eager_scatter(b: BoundSymbol) -> BoundSymbol | None:
-    """``b``, an ``index_copy``/``index_add`` (ltorch's, the torch executor's or the prim's,
-    positional arguments only), bound as the transform's own eager symbol; None for anything else."""
+def eager_scatter(b: BoundSymbol, *, prim: bool = False) -> BoundSymbol | None:
+    """``b``, an ``index_copy``/``index_add`` (ltorch's, the torch executor's, or with ``prim`` the
+    prim autodiff leaves; positional arguments only), bound as the transform's own eager symbol;
+    None for anything else."""
     import thunder.executors.torchex as torchex_module
     import thunder.torch as ltorch
 
@@ -887,7 +928,7 @@ def eager_scatter(b: BoundSymbol) -> BoundSymbol | None:
     # source); or the prim autodiff leaves, in its own (self, index, source, dim).
     if b.sym.id in (getattr(ltorch, name).id, getattr(torchex_module, name).id):
         args = b.args
-    elif b.sym.id == getattr(prims.PrimIDs, name.upper(), None) and len(b.args) == 4:
+    elif prim and b.sym.id == getattr(prims.PrimIDs, name.upper(), None) and len(b.args) == 4:
         a, index, source, dim = b.args
         args = (a, dim, index, source)
     else:
