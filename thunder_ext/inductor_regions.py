@@ -806,7 +806,7 @@ def _eager_scatters() -> dict[str, object]:
     ex = eager_executor()
     return {
         name: ex.register_operator(f"eager_{name}", like=getattr(ltorch, name), fn=getattr(torch, name))
-        for name in ("index_copy", "index_add")
+        for name in sorted(_SCATTER_NAMES)
     }
 
 
@@ -820,6 +820,9 @@ _REDUCTIONS = frozenset(
     getattr(prims.PrimIDs, n) for n in ("SUM", "PROD", "VAR", "VAR_MEAN", "AMAX", "AMIN", "ARGMAX", "ARGMIN", "TOPK", "SORT")
     if hasattr(prims.PrimIDs, n)
 )
+
+
+_SCATTER_NAMES = frozenset({"index_copy", "index_add"})  # the symbols eager_scatter binds
 
 
 def _reduces(bsym: BoundSymbol) -> bool:
@@ -884,9 +887,9 @@ def unfuse_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tu
       before it writes.  Functionalization makes such a call from ``t0.copy_(t1);
       t0.index_copy_(0, idx, t1)`` (soak seed 44000);
     * a scatter whose result (or a view of it) is read by an op that also reads a tensor a
-      reduction reads: Inductor's kernel for that op comes out as if the scatter had not run.  Functionalization
-      makes the scatter from a write through a view (``a.t().add_(0.5)`` next to a
-      ``batch_norm``, soak seed 60000, plain Thunder right)::
+      reduction reads: Inductor's kernel for that op comes out as if the scatter had not run.
+      Functionalization makes the scatter from a write through a view (``a.t().add_(0.5)`` next
+      to a ``batch_norm``, soak seed 60000, plain Thunder right)::
 
         before (torch_compile_ex may fuse)          after
         t20 = ltorch.index_copy(t1, 0, idx, t1)     t20 = eager_index_copy(t1, 0, idx, t1)
@@ -894,14 +897,19 @@ def unfuse_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tu
     On the final trace they become the torch executor's again, where reinplacing may put them
     back in place (:func:`torch_forms_of_eager_scatters`).
     """
-    forward = [b for b in out if not has_tags(b, {BoundSymbolTag.BACKWARD})]
-    reduced = _read_by_reductions(forward)
-    moved = 0
     out = list(out)
-    for k, b in enumerate(out):
+    scatters = [
+        k for k, b in enumerate(out)
+        if str(b.sym.name) in _SCATTER_NAMES and tensor_args(b) and not has_tags(b, {BoundSymbolTag.BACKWARD})
+    ]  # fmt: skip
+    if not scatters:
+        return out, 0
+    forward = [b for b in out if not has_tags(b, {BoundSymbolTag.BACKWARD})]
+    reduced = _read_by_reductions(forward)  # once per trace; each scatter then walks it once
+    moved = 0
+    for k in scatters:
+        b = out[k]
         args = tensor_args(b)
-        if not args or has_tags(b, {BoundSymbolTag.BACKWARD}):
-            continue
         if not (any(a.name == args[0].name for a in args[1:]) or _read_beside(b, forward, reduced)):
             continue
         eager = eager_scatter(b, prim=True)
