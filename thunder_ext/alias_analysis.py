@@ -19,15 +19,16 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 
-from thunder_ext.op_kinds import Effect, PrimIDs, effect_of, tensor_args, view_kind
+from thunder_ext.op_kinds import Effect, PrimIDs, effect_of, tensor_args, tensor_outs, view_kind
 
 
 def input_names(trace: TraceCtx) -> set[str]:
@@ -173,3 +174,81 @@ def view_chain(
         chain.append(b)
         name = args[0].name
     return (name, chain[::-1]) if chain else (None, [])
+
+
+# One step of a view chain: the view op, and which of its tensor outputs the chain goes on from.
+ViewStep = tuple[BoundSymbol, int]
+
+
+class ViewUse(NamedTuple):
+    """A use of a tracked view across a write into its storage (:class:`TrackedViews`)."""
+
+    proxy: TensorProxy  # the view as used
+    chain: list[ViewStep]  # the views that make it from its base, the tracked view first
+    write: BoundSymbol  # the first write into its storage since it was made, or ``use`` when it writes through it
+    use: BoundSymbol  # the reader, or the write itself
+    writes_through: bool
+
+    @property
+    def name(self) -> str:
+        return self.proxy.name
+
+    @property
+    def view(self) -> BoundSymbol:
+        """The tracked view op the used name is, or is a view of."""
+        return self.chain[0][0]
+
+
+class TrackedViews:
+    """The views ``tracked`` picks, walked through ``info``'s bsyms in order: each with the chain of
+    view ops that makes it from its base, and whether a write into its storage has come since.
+
+    Views of a tracked view, and the outputs of writes through one (the tensor they wrote), are
+    tracked too, on the same chain.  Call :meth:`uses`, then :meth:`advance`, on every bsym in
+    trace order.
+
+    Invariants: a chain holds view ops only (``Effect.is_view``), its first step's first tensor
+    argument is the base; a name once stale stays stale (its first write is what a refusal names).
+    """
+
+    def __init__(self, info: AliasInfo, tracked: Callable[[BoundSymbol], bool]) -> None:
+        self.info = info
+        self.tracked = tracked
+        self.chains: dict[str, list[ViewStep]] = {}
+        self.stale: dict[str, BoundSymbol] = {}  # a tracked name -> the first write into its storage after it
+
+    def uses(self, bsym: BoundSymbol, effect: Effect) -> list[ViewUse]:
+        """``bsym``'s reads of stale tracked names, then its writes through tracked names; one each."""
+        reads = {p.name: p for p in tensor_args(bsym) if p.name in self.stale}
+        through = {w.name: w for w in effect.writes if w.name in self.chains}
+        return [ViewUse(p, self.chains[n], self.stale[n], bsym, False) for n, p in reads.items()] + [
+            ViewUse(p, self.chains[n], bsym, bsym, True) for n, p in through.items()
+        ]
+
+    def advance(self, bsym: BoundSymbol, effect: Effect) -> set[str]:
+        """Take in ``bsym``'s effect; returns the tracked names it wrote into."""
+        written: set[str] = set()
+        for w in effect.writes:
+            g = self.info.group_of(w)
+            for n in self.chains:
+                if self.info.group_of(n) == g:
+                    written.add(n)
+                    self.stale.setdefault(n, bsym)
+        outs = tensor_outs(bsym)
+        for o, a in effect.aliases:
+            chain = self.chains.get(a.name)
+            if chain is None or o.name in self.chains:
+                continue
+            if any(a is w for w in effect.writes):
+                # A write's output is the tensor it wrote, written already: Thunder's traces read it
+                # after the write (``t0.add_(t0)``, then ``t0.sum(0)`` reads the add_'s output).
+                self.chains[o.name] = chain
+                self.stale.setdefault(o.name, bsym)
+                written.add(o.name)
+            elif effect.is_view:
+                self.chains[o.name] = chain + [(bsym, outs.index(o))]
+        args = tensor_args(bsym)
+        if self.tracked(bsym) and args and args[0].name not in self.chains:
+            for k, o in enumerate(outs):
+                self.chains[o.name] = [(bsym, k)]
+        return written

@@ -58,13 +58,12 @@ from dataclasses import dataclass, field
 
 from thunder.core import dtypes
 from thunder.core.proxies import ProxyTag, TensorProxy, variableify
-from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 
-from thunder_ext.alias_analysis import storage_groups
+from thunder_ext.alias_analysis import TrackedViews, ViewStep, storage_groups
 from thunder_ext.op_kinds import tensor_args, tensor_outs, writes_with_grad
-from thunder_ext.recording import at_source_of, record
+from thunder_ext.recording import at_source_of, record_again
 
 # View ops whose result stops being a plain view once autodiff runs (measured on every view op
 # of Thunder's tables: tests/test_view_ops.py).  With no VJP of their own they are differentiated
@@ -73,10 +72,6 @@ from thunder_ext.recording import at_source_of, record
 VIEWS_AUTODIFF_COPIES = frozenset({"diagonal"})
 
 _DETACHED = ProxyTag.DETACHED_AUTOGRAD_GRAPH
-
-# One step of a view chain: the view op, and which of its tensor outputs the chain goes on from.
-_Step = tuple[BoundSymbol, int]
-
 
 def is_detached(bsym: BoundSymbol) -> bool:
     """Made in a no-grad block: Thunder tags such outputs ``DETACHED_AUTOGRAD_GRAPH``, and
@@ -116,18 +111,14 @@ def replay_views_autodiff_copies(
     :func:`thunder_ext.alias_analysis.storage_groups`."""
     report = CopiedViewsReport()
     info = storage_groups(bsyms, inputs, cache=effects)
-    chains: dict[str, list[_Step]] = {}  # a tracked view's name, or a view of one -> its chain
-    stale: set[str] = set()  # such names written into since they were made
+    views = TrackedViews(info, autodiff_copies)
     replayed: dict[str, TensorProxy] = {}  # a stale name -> its replay, until the next write
     out: list[BoundSymbol] = []
 
-    def replay(name: str, like: BoundSymbol, detached: bool) -> TensorProxy:
-        steps = chains[name]
-        cur = tensor_args(steps[0][0])[0]
-        for view, k in steps:
-            swapped = view.from_bsym_swap_proxies({variableify(tensor_args(view)[0]): cur}, skip_output=True)
-            made, result = record(new_trace, lambda: swapped.sym(*swapped.args, **swapped.kwargs))
-            outs = [p for p in tree_flatten(result)[0] if isinstance(p, TensorProxy)]
+    def replay(chain: list[ViewStep], like: BoundSymbol, detached: bool) -> TensorProxy:
+        cur = tensor_args(chain[0][0])[0]
+        for view, k in chain:
+            made, outs = record_again(new_trace, view, {variableify(tensor_args(view)[0]): cur})
             for o, original in zip(outs, tensor_outs(view)):
                 # The handle is constant to autodiff throughout; a read replay keeps each step's
                 # own standing (a step the user made under no-grad stays detached).
@@ -141,39 +132,24 @@ def replay_views_autodiff_copies(
 
     for bsym, effect in zip(bsyms, info.effects):
         swap: dict = {}
-        written = {w.name for w in effect.writes}
-        for p in {p.name: p for p in tensor_args(bsym)}.values():  # ``t0.add_(t0)``: one handle
-            if p.name not in chains:
-                continue
-            if p.name in written:
+        uses = views.uses(bsym, effect)
+        through = {u.name for u in uses if u.writes_through}
+        for u in uses:
+            if u.writes_through:
                 if writes_with_grad(bsym):
                     # Its history cannot go through a detached handle: the program is left as
                     # written, for refusals.refuse_views_autodiff_copies to name this write.
                     return list(bsyms), CopiedViewsReport(left_with_grad=1)
-                swap[variableify(p)] = handle = replay(p.name, bsym, detached=True)
-                report.stands_for[handle.name] = p.name
+                swap[variableify(u.proxy)] = handle = replay(u.chain, bsym, detached=True)
+                report.stands_for[handle.name] = u.name
                 report.write_handles += 1
-            elif p.name in stale:  # a view made from it after the write too: it views the replay
-                if p.name not in replayed:
-                    replayed[p.name] = replay(p.name, bsym, detached=False)
-                    report.stands_for[replayed[p.name].name] = p.name
+            elif u.name not in through:  # a read after a write into its storage
+                if u.name not in replayed:
+                    replayed[u.name] = replay(u.chain, bsym, detached=False)
+                    report.stands_for[replayed[u.name].name] = u.name
                     report.replayed_reads += 1
-                swap[variableify(p)] = replayed[p.name]
+                swap[variableify(u.proxy)] = replayed[u.name]
         out.append(bsym.from_bsym_swap_proxies(swap, skip_output=True) if swap else bsym)
-        outs = tensor_outs(bsym)
-        for w in effect.writes:
-            g = info.group_of(w)
-            for n in chains:
-                if info.group_of(n) == g:
-                    stale.add(n)
-                    replayed.pop(n, None)
-        for o, a in effect.aliases:
-            if a.name in chains and o.name not in chains and (effect.is_view or a.name in written):
-                # A view of a tracked name extends its chain; a write's output is the tensor it wrote.
-                chains[o.name] = chains[a.name] + [(bsym, outs.index(o))] if effect.is_view else chains[a.name]
-                if o.name != a.name and a.name in stale:
-                    stale.add(o.name)
-        if autodiff_copies(bsym) and not (tensor_args(bsym)[0].name in chains):
-            for k, o in enumerate(outs):
-                chains[o.name] = [(bsym, k)]
+        for n in views.advance(bsym, effect):
+            replayed.pop(n, None)
     return out, report

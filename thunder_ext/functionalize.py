@@ -92,7 +92,7 @@ from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import storage_groups
 from thunder_ext.overlap import find_overlaps, is_plain_copy
-from thunder_ext.recording import at_source_of, record
+from thunder_ext.recording import at_source_of, record, record_again
 from thunder_ext.op_kinds import (
     effect_of,
     is_copy,
@@ -545,10 +545,9 @@ class _Functionalizer:
         arg, *others = tensor_args(view)
         swap = self.values_for(like, others)  # type_as's second argument, read for its dtype
         swap[variableify(arg)] = new_input
-        swapped = view.from_bsym_swap_proxies(swap, skip_output=True)
-        bsyms, result = self.record(lambda: swapped.sym(*swapped.args, **swapped.kwargs))
+        bsyms, outs = record_again(self.new_trace, view, swap)
         self.emit(bsyms, like)
-        return [p for p in _flat(result) if isinstance(p, TensorProxy)]
+        return outs
 
     def record(self, fn):
         return record(self.new_trace, fn)

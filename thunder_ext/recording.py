@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
+from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, tracectx
 
@@ -26,6 +28,15 @@ def record(trace: TraceCtx, fn: Callable[[], T]) -> tuple[list[BoundSymbol], T]:
         finally:
             made = trace.pop_scope()
     return made, result
+
+
+def record_again(trace: TraceCtx, bsym: BoundSymbol, swap: dict) -> tuple[list[BoundSymbol], list[TensorProxy]]:
+    """Call ``bsym``'s symbol again with the proxies ``swap`` names (variableified -> new) in
+    place of its arguments: the bsyms it bound, and its tensor outputs, which are new proxies
+    (a view made again on another tensor, say)."""
+    swapped = bsym.from_bsym_swap_proxies(swap, skip_output=True)
+    made, result = record(trace, lambda: swapped.sym(*swapped.args, **swapped.kwargs))
+    return made, [p for p in tree_flatten(result)[0] if isinstance(p, TensorProxy)]
 
 
 def at_source_of(bsyms: Iterable[BoundSymbol], like: BoundSymbol) -> list[BoundSymbol]:

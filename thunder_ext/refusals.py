@@ -26,7 +26,6 @@ Class 6 is judged at the fusion stage instead (:func:`refuse_saved_tensor_mutati
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import NamedTuple
 
 from thunder.core import dtypes, prims
 from thunder.core.compile_data import get_compile_data
@@ -36,7 +35,7 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 from thunder.core.utils import producers
 
-from thunder_ext.alias_analysis import AliasInfo, input_names, storage_groups, view_chain
+from thunder_ext.alias_analysis import AliasInfo, TrackedViews, ViewUse, input_names, storage_groups, view_chain
 from thunder_ext.barriers import BarrierReport, strip_barriers
 from thunder_ext.copied_views import VIEWS_AUTODIFF_COPIES, autodiff_copies, is_detached
 from thunder_ext.errors import (
@@ -811,45 +810,16 @@ def refuse_writes_through_grad_input_views(
 MULTI_OUTPUT_VIEWS = frozenset({"chunk", "split", "unbind"})
 
 
-class _ViewUse(NamedTuple):
-    """A use, across a write into its storage, of a view :func:`_view_uses_across_writes` tracks."""
-
-    name: str  # the view's name as used
-    view: BoundSymbol  # the tracked view op it is, or is a view of
-    write: BoundSymbol  # the write: the first one into its storage after the view, or this one
-    use: BoundSymbol  # the reader, or the write itself when it writes through the view
-    writes_through: bool
-
-
 def _view_uses_across_writes(
     stripped: tuple[list[BoundSymbol], AliasInfo], tracked: Callable[[BoundSymbol], bool]
-) -> Iterator[_ViewUse]:
+) -> Iterator[ViewUse]:
     """Each write through a tracked view (or a view of one), and each read of one after a write
     into its storage, in trace order."""
     bsyms, info = stripped
-    views: dict[str, BoundSymbol] = {}  # name -> the tracked view op it is, or is a view of
-    stale: dict[str, BoundSymbol] = {}  # such a name -> the first write into its storage after it
+    views = TrackedViews(info, tracked)
     for bsym, effect in zip(bsyms, info.effects):
-        for p in tensor_args(bsym):
-            if p.name in stale:
-                yield _ViewUse(p.name, views[p.name], stale[p.name], bsym, False)
-        for w in effect.writes:
-            if w.name in views:
-                yield _ViewUse(w.name, views[w.name], bsym, bsym, True)
-            for n in views:
-                if info.group_of(n) == info.group_of(w):
-                    stale.setdefault(n, bsym)
-        if tracked(bsym):
-            views.update((o.name, bsym) for o in tensor_outs(bsym))
-        elif effect.is_view:
-            views.update((o.name, views[a.name]) for o, a in effect.aliases if a.name in views)
-        for o, a in effect.aliases:
-            if a.name in views and any(a is w for w in effect.writes):
-                # A write's output is the tensor it wrote, written already: Thunder's traces read
-                # it after the write (``t0.add_(t0)``, then ``t0.sum(0)`` reads the add_'s output;
-                # soak seed 60000).
-                views[o.name] = views[a.name]
-                stale.setdefault(o.name, bsym)
+        yield from views.uses(bsym, effect)
+        views.advance(bsym, effect)
 
 
 def refuse_views_autodiff_copies(after: TraceCtx, placed: tuple[list[BoundSymbol], AliasInfo] | None = None) -> None:
