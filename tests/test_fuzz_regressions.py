@@ -2911,3 +2911,27 @@ def test_a_split_output_read_by_the_name_its_write_gave_it_is_refused():
     cells = judge_function(split_output_written_through_itself_then_used, lambda g: (_x(g),), grad_modes=(True,)).cells
     assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
     assert all(c.status == "refused" and "several views" in c.detail for c in cells), "\n".join(map(str, cells))
+
+
+# -- soak seed 61000 ---------------------------------------------------------------------------
+
+
+def no_grad_writes_into_a_non_leaf_then_through_its_slice(a):
+    with torch.no_grad():
+        a.add_(a)
+    t0 = a[1:]
+    with torch.no_grad():
+        t0.add_(t0)
+    return (a, t0)
+
+
+def test_a_written_slice_of_a_grad_input_never_leaves_an_inductor_region():
+    """AOT autograd refused the region writing ``t0`` ("A view was created in no_grad mode and
+    its base ... has been modified inplace with grad mode enabled"; soak seed 61000,
+    torch_compile_ex, dataflow, grad; plain Thunder crashes in both fusion types): the remat pin
+    after the second write renamed ``t0``'s written name too, which handed the written view out
+    of its region.  The view is made again from the input's pinned name instead."""
+    make = lambda g: (_x(g) * 1,)  # noqa: E731 (a non-leaf)
+    plain = Config(transform=False, executors="torch_compile", fusion_type="dataflow")
+    assert differential(lambda: (no_grad_writes_into_a_non_leaf_then_through_its_slice, make(True), {}), plain).status == "crash"
+    assert_answered_in_every_cell(no_grad_writes_into_a_non_leaf_then_through_its_slice, make)

@@ -123,6 +123,8 @@ class RematPins(WalkPolicy):
         plan = Plan()
         for g in self.pending:
             walk.stale_members(g, i, None, None, plan)
+        if self.regions is not None:
+            self.regions.leave_views_to_replay(plan)
         writes = {id(lw.bsym): lw for lw in self.pending.values()}
         plan.witnesses = [lw.witness for lw in writes.values() if lw.witness is not None]
         plan.reasons = [f"remat: {describe(lw.bsym)} runs once" for lw in writes.values()]

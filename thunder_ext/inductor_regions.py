@@ -204,6 +204,21 @@ class InductorRegions(WalkPolicy):
             walk.report.views_made_again += 1
             walk.bump(cur, base, None)
 
+    def leave_views_to_replay(self, plan: Plan) -> None:
+        """Leave out of ``plan``'s renames the views of an input that ``plan`` renames too.
+
+        Each is made again from the input's new name at its next forward access
+        (:meth:`replay_views_of_renamed_inputs`), so its own rename orders nothing, and reads the
+        view as an output of the region before: where that view was written in place and its
+        input requires grad, AOT autograd refuses the region ("A view was created in no_grad mode
+        ..."): ``a.add_(a)``, ``t0 = a[1:]``, ``t0.add_(t0)`` under no-grad, both returned, with a
+        remat pin after the second write (soak seed 61000; plain Thunder crashes too)."""
+        walk = self.walk
+        for name in list(plan.rename):
+            found = self.replayable(name)
+            if found is not None and walk.current(found[0]).name in plan.rename and not walk.grad_taken_of(name):
+                del plan.rename[name]
+
     def stripped_name(self, name: str) -> str:
         return self.replayed_from.get(name, name)
 
