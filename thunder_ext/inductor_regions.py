@@ -92,6 +92,7 @@ class InductorRegions(WalkPolicy):
         self._group_numel: dict[str, int] | None = None  # group -> elements of its largest member
         self._input_groups: set[str] | None = None
         self._replayable: dict[str, tuple | None] = {}
+        self._backward_reads: set[str] | None = None
         # A view of an input (any version) -> the input's name it was made from.
         self.made_from: dict[str, str] = {}
         self.replayed_from: dict[str, str] = {}  # a view made again -> the stripped name it stands for
@@ -212,11 +213,25 @@ class InductorRegions(WalkPolicy):
         view as an output of the region before: where that view was written in place and its
         input requires grad, AOT autograd refuses the region ("A view was created in no_grad mode
         ..."): ``a.add_(a)``, ``t0 = a[1:]``, ``t0.add_(t0)`` under no-grad, both returned, with a
-        remat pin after the second write (soak seed 61000; plain Thunder crashes too)."""
+        remat pin after the second write (soak seed 61000; plain Thunder crashes too).
+
+        A view the backward reads keeps its rename: the backward reads it as written, and the pin
+        is what keeps the write from being recomputed there."""
         walk = self.walk
+        if self._backward_reads is None:
+            self._backward_reads = {
+                p.name for b in walk.bsyms
+                if has_tags(b, {BoundSymbolTag.BACKWARD}) and b.sym.id != prims.PrimIDs.GET_GRAD
+                for p in tensor_args(b)
+            }  # fmt: skip
         for name in list(plan.rename):
             found = self.replayable(name)
-            if found is not None and walk.current(found[0]).name in plan.rename and not walk.grad_taken_of(name):
+            if (
+                found is not None
+                and walk.current(found[0]).name in plan.rename
+                and name not in self._backward_reads
+                and not walk.grad_taken_of(name)
+            ):
                 del plan.rename[name]
 
     def stripped_name(self, name: str) -> str:
