@@ -337,3 +337,33 @@ def test_functionalized_silu_keeps_its_symbol():
     names = {b.sym.name for b in fw.bound_symbols}
     assert "silu" in names
     assert not names & {"exp", "reciprocal"}, str(fw)
+
+
+def test_probe_answers_by_signature_what_the_meta_call_answers():
+    """The probe's memo (one meta call per signature) keeps apart what the meta call tells
+    apart: a float product written into a float buffer runs, into an int64 buffer it cannot
+    (PyTorch refuses the cast), and which argument is the buffer is part of the signature."""
+    from thunder.core import dtypes
+    from thunder.core.devices import Device
+    from thunder.core.proxies import TensorProxy
+    from thunder.core.trace import TraceCtx, tracectx
+    from thunder.executors.torchex import mul as torch_mul
+
+    from thunder_ext import reinplace as rp
+
+    cpu = Device("cpu")
+    with tracectx(TraceCtx()):
+        f = TensorProxy(shape=(4, 3), dtype=dtypes.float32, device=cpu)
+        g = TensorProxy(shape=(4, 3), dtype=dtypes.float32, device=cpu)
+        i = TensorProxy(shape=(4, 3), dtype=dtypes.int64, device=cpu)
+        out_f = TensorProxy(shape=(4, 3), dtype=dtypes.float32, device=cpu)
+        into_float = torch_mul.bind(f, g, output=out_f).from_bsym(kwargs={"out": f})
+        into_int = torch_mul.bind(i, 0.5, output=out_f).from_bsym(kwargs={"out": i})
+        into_second = torch_mul.bind(f, g, output=out_f).from_bsym(kwargs={"out": g})
+    cases = [(into_float, f), (into_int, i), (into_second, g)]
+    keys = [rp._probe_signature(b, buf, out_f) for b, buf in cases]
+    assert None not in keys and len(set(keys)) == 3
+    rp._PROBED.clear()
+    for _ in range(2):  # the second round is answered from the memo
+        assert [rp._probe(b, buf, out_f) for b, buf in cases] == [True, False, True]
+    assert [rp._probe_on_meta(b, buf, out_f) for b, buf in cases] == [True, False, True]

@@ -74,8 +74,8 @@ from collections.abc import Callable
 import torch
 from thunder.core import prims
 from thunder.core.dtypes import to_torch_dtype
-from thunder.core.proxies import TensorProxy
-from thunder.core.pytree import tree_map
+from thunder.core.proxies import Proxy, TensorProxy
+from thunder.core.pytree import tree_flatten, tree_map
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.core.utils import consumers, producers
@@ -194,12 +194,50 @@ def _torch_callable(bsym: BoundSymbol) -> Callable | None:
     return getattr(module, bsym.sym.name, None) if module is not None else None
 
 
+# Probe answers by signature: a loop's ops repeat the same few (a meta call each made the
+# final-trace hook a third of the transform's time on scripts/bench.py's loop).
+_PROBED: dict[tuple, bool] = {}
+_PROBED_MAX = 4096
+
+
+def _probe_signature(new: BoundSymbol, buf: TensorProxy, out: TensorProxy) -> tuple | None:
+    """What decides a probe: the symbol, the arguments' structure, each tensor's shape, dtype and
+    which earlier argument (or ``buf``) it is, every other leaf by type and value; None where a
+    leaf is unhashable or a number proxy."""
+    leaves, spec = tree_flatten((new.args, new.kwargs))
+    seen: dict[str, int] = {}
+    parts: list = []
+    for x in leaves:
+        if isinstance(x, TensorProxy):
+            parts.append(("T", tuple(x.shape), x.dtype, seen.setdefault(x.name, len(seen)), x.name == buf.name))
+        elif isinstance(x, Proxy):  # a number proxy compares symbolically
+            return None
+        else:
+            parts.append((type(x), x))
+    key = (new.sym.id, new.sym.name, spec, tuple(parts), tuple(out.shape), out.dtype)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _probe(new: BoundSymbol, buf: TensorProxy, out: TensorProxy) -> bool:
     """The in-place form runs and returns ``buf`` itself, tried on meta tensors.
 
     Catches what the signature cannot tell: an overload without ``out=`` (``torch.where`` with
     a scalar), or a result type that cannot be cast into ``buf``.
     """
+    key = _probe_signature(new, buf, out)
+    if key is not None and key in _PROBED:
+        return _PROBED[key]
+    ok = _probe_on_meta(new, buf, out)
+    if key is not None and len(_PROBED) < _PROBED_MAX:
+        _PROBED[key] = ok
+    return ok
+
+
+def _probe_on_meta(new: BoundSymbol, buf: TensorProxy, out: TensorProxy) -> bool:
     fn = _torch_callable(new)
     if fn is None:
         return False
@@ -385,6 +423,8 @@ def _index_copies_as_slice_copies(bsyms: list[BoundSymbol], new_trace: TraceCtx)
     from thunder.executors.torchex import getitem as torch_getitem
     from thunder.executors.torchex import update_aliases as torch_update_aliases
 
+    if not any(_torchex_name(b) == "index_copy" and is_inplace_form(b) for b in bsyms):
+        return bsyms
     cons = consumers(bsyms)
     prods = producers(bsyms)
     info = storage_groups(bsyms)
