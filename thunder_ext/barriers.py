@@ -696,6 +696,25 @@ class _Placer:
         self, plan: Plan, before: BoundSymbol, *, pin: bool = False, cut: bool = True, symbol: Symbol | None = None
     ) -> None:
         """Place ``plan``'s barrier, bound to ``symbol`` (default: the pin or the ordering symbol)."""
+        if self.differentiable:
+            carries = [v for v, _ in plan.rename.values() if v.name in self.grad_versions]
+            if carries and len(carries) < len(plan.rename):
+                # Before autodiff, one barrier links every output to every input: a name that
+                # carries no gradient renamed beside one that does would carry it (an output
+                # that eager gives no grad, and a backward of zeros; soak seed 62000).  So the
+                # two kinds get a barrier each, and the second no witness carrying gradients.
+                plain = Plan(
+                    rename={k: vc for k, vc in plan.rename.items() if vc[0].name not in self.grad_versions},
+                    witnesses=[w for w in plan.witnesses if w.name not in self.grad_versions],
+                    reasons=plan.reasons,
+                )
+                self.report.dropped_witnesses += len(plan.witnesses) - len(plain.witnesses)
+                plan = Plan(
+                    rename={k: vc for k, vc in plan.rename.items() if vc[0].name in self.grad_versions},
+                    witnesses=plan.witnesses,
+                    reasons=plan.reasons,
+                )
+                self.emit(plain, before, pin=pin, cut=cut, symbol=symbol)
         witnesses = list(plan.witnesses)
         for policy in self.policies:
             witnesses = [policy.witness(w) for w in witnesses]
