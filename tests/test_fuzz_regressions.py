@@ -1647,15 +1647,40 @@ def write_through_view_made_before_a_no_grad_write(a, b):
     return (b,)
 
 
+def whole_old_view_set_after_a_grad_write(a, b):
+    t0 = b[1:]
+    b.copy_(a)
+    t0[:] = 0.5  # the key makes no new view: eager writes t0 itself, and raises
+    return (a * 2,)
+
+
+def old_view_set_by_index_after_a_grad_write(a, b):
+    t0 = b[1:]
+    b.copy_(a)
+    t0[0] = 0.5  # writes through t0[0], a view made now: eager answers (soak seed 62000)
+    return (a * 2, t0)
+
+
+def old_view_set_by_partial_slice_after_a_grad_write(a, b):
+    t0 = b[0]
+    t1 = b.view(2, 6)
+    b.copy_(a)
+    t0[1:] = 0.5
+    return (t0 * 1, b, t1)
+
+
 EAGER_REFUSES = [
     write_through_view_made_before_a_grad_write,
     write_through_transpose_made_before_a_slice_grad_write,
     write_through_view_of_private_made_before_a_grad_write,
+    whole_old_view_set_after_a_grad_write,
 ]
 EAGER_ANSWERS = [
     read_of_view_made_before_a_grad_write,
     write_through_view_made_after_a_grad_write,
     write_through_view_made_before_a_no_grad_write,
+    old_view_set_by_index_after_a_grad_write,
+    old_view_set_by_partial_slice_after_a_grad_write,
 ]
 
 
@@ -1682,7 +1707,8 @@ def test_write_through_view_older_than_its_gradient_is_refused_as_eager_does(fn)
 @pytest.mark.parametrize("fn", EAGER_ANSWERS, ids=lambda f: f.__name__)
 def test_views_eager_accepts_around_a_grad_write_are_answered(fn):
     """The shapes next to it that eager computes: a read of the old view, a view made after the
-    write, and a write through the old view after a write made under no_grad.  Each is answered, with eager's values and
+    write, a write through the old view after a write made under no_grad, and a setitem through the
+    old view whose key makes a new view (soak seed 62000).  Each is answered, with eager's values and
     gradients."""
     from thunder_ext.testing.compare import execute
 
@@ -2935,3 +2961,27 @@ def test_a_written_slice_of_a_grad_input_never_leaves_an_inductor_region():
     plain = Config(transform=False, executors="torch_compile", fusion_type="dataflow")
     assert differential(lambda: (no_grad_writes_into_a_non_leaf_then_through_its_slice, make(True), {}), plain).status == "crash"
     assert_answered_in_every_cell(no_grad_writes_into_a_non_leaf_then_through_its_slice, make)
+
+
+# -- soak seed 62000 ---------------------------------------------------------------------------
+
+
+def batch_norm_stats_returned_beside_a_no_grad_write_into_the_grad_input(a, rm, rv):
+    rm[1:] = 0.5
+    t1 = rv.cos()
+    F.batch_norm(a, rm, rv, training=True, momentum=0.1)
+    t3 = a.view(2, 6)
+    with torch.no_grad():
+        t3.mul_(t3)
+    rv.sub_(0.5)
+    return (rm, t1, rv)
+
+
+def test_a_barrier_before_autodiff_never_gives_a_gradient_to_what_eager_gives_none():
+    """No output depends on ``a`` with grad, so eager returns outputs that need no grad and no
+    backward runs; the return's barrier renamed ``a`` beside ``rm``, and autodiff made every
+    output depend on ``a``: the backward returned zeros, and with torch_compile_ex (consecutive)
+    crashed on a name it never defined (soak seed 62000; plain Thunder right).  Names that carry
+    gradients and names that do not now get a barrier each."""
+    fn = batch_norm_stats_returned_beside_a_no_grad_write_into_the_grad_input
+    assert_answered_in_every_cell(fn, lambda g: (_x(g), *_stats()), grad_modes=(True,))
