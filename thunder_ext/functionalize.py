@@ -122,6 +122,9 @@ _NOT_REPLAYABLE = _ids("detach", "real", "imag", "view_as_real", "indices", "val
 _RESHAPING_VIEWS = _ids("view", "view_as", "unflatten")
 # Views that repeat input elements: reading through them is fine, writing through them is not.
 _READ_ONLY = _ids("expand", "expand_as", "unfold") | {PrimIDs.BROADCAST_IN_DIM, PrimIDs.UNFOLD}
+# Ops whose gradient is linear in the cotangent alone: eager's backward saves no input of theirs,
+# so a write after them does not make it raise (``t = a[:2] - a[:2]``, then ``a.copy_(b)``).
+_GRADIENT_READS_NO_INPUT = frozenset({"add", "sub", "neg", "sum", "mean", "clone"})
 
 
 @dataclass
@@ -393,7 +396,11 @@ class _Functionalizer:
                 for p in tensor_args(b):
                     if p.name in info.groups:
                         last_read[info.group_of(p)] = i
-                        if not (e.writes or e.aliases) and any(o.name in self.differentiable for o in tensor_outs(b)):
+                        if (
+                            not (e.writes or e.aliases)
+                            and b.sym.name not in _GRADIENT_READS_NO_INPUT
+                            and any(o.name in self.differentiable for o in tensor_outs(b))
+                        ):
                             first_grad_read.setdefault(info.group_of(p), i)
         # Groups whose input the return hands back itself (the input, or an in-place op's output on it).
         whole = whole_tensor_versions(self.bsyms, info.inputs, info.effects)
