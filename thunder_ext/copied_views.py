@@ -73,6 +73,7 @@ VIEWS_AUTODIFF_COPIES = frozenset({"diagonal"})
 
 _DETACHED = ProxyTag.DETACHED_AUTOGRAD_GRAPH
 
+
 def is_detached(bsym: BoundSymbol) -> bool:
     """Made in a no-grad block: Thunder tags such outputs ``DETACHED_AUTOGRAD_GRAPH``, and
     autodiff treats the op as constant (it stays as written)."""
