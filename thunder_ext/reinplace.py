@@ -423,7 +423,8 @@ def _index_copies_as_slice_copies(bsyms: list[BoundSymbol], new_trace: TraceCtx)
     from thunder.executors.torchex import getitem as torch_getitem
     from thunder.executors.torchex import update_aliases as torch_update_aliases
 
-    if not any(_torchex_name(b) == "index_copy" and is_inplace_form(b) for b in bsyms):
+    scatters = [i for i, b in enumerate(bsyms) if _torchex_name(b) == "index_copy" and is_inplace_form(b)]
+    if not scatters:
         return bsyms
     cons = consumers(bsyms)
     prods = producers(bsyms)
@@ -434,8 +435,9 @@ def _index_copies_as_slice_copies(bsyms: list[BoundSymbol], new_trace: TraceCtx)
     drop: set[int] = set()  # ids of bsyms to remove (the aranges)
     replace: dict[int, list[BoundSymbol]] = {}
     dropped_names: set[str] = set()
-    for i, b in enumerate(bsyms):
-        if _torchex_name(b) != "index_copy" or not is_inplace_form(b) or len(b.args) != 4:
+    for i in scatters:
+        b = bsyms[i]
+        if len(b.args) != 4:
             continue
         buf, d, idx, src = b.args
         out = b.flat_proxy_outs[0] if len(b.flat_proxy_outs) == 1 else None
