@@ -246,7 +246,7 @@ class TrackedViews:
                 self.stale.setdefault(o.name, bsym)
                 written.add(o.name)
             elif effect.is_view:
-                self.chains[o.name] = chain + [(bsym, outs.index(o))]
+                self.chains[o.name] = chain + [(bsym, next(k for k, x in enumerate(outs) if x is o))]
         args = tensor_args(bsym)
         if self.tracked(bsym) and args and args[0].name not in self.chains:
             for k, o in enumerate(outs):

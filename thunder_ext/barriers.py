@@ -68,7 +68,7 @@ from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.extend import Executor
 
 from thunder_ext.barrier_plan import Plan
-from thunder_ext.copied_views import replay_views_autodiff_copies
+from thunder_ext.copied_views import replay_views_after_grad_writes, replay_views_autodiff_copies
 from thunder_ext.alias_analysis import AliasInfo, StorageGroups, accessed_groups, input_names, storage_groups
 from thunder_ext import stage_config
 from thunder_ext.errors import PartitionerWouldDropError, PlacementDidNotConvergeError, UnorderableAccessError
@@ -172,6 +172,9 @@ class BarrierReport:
     # storage: no-grad write handles, and reads after a write (before autodiff; thunder_ext.copied_views).
     copied_view_handles: int = 0
     copied_views_replayed: int = 0
+    # Views made again after a write with a gradient into their base, for the uses that follow
+    # (thunder_ext.copied_views.replay_views_after_grad_writes).
+    views_rebased: int = 0
     # Witnesses left out because they carry gradients (before autodiff; see place_barriers).
     dropped_witnesses: int = 0
     stripped: int = 0
@@ -907,6 +910,10 @@ def _pipeline(
         stripped, copied = replay_views_autodiff_copies(new_trace, stripped, input_names(trace), effects)
         made = frozenset(new for new, old in copied.stands_for.items() if old in config.differentiable)
         config = replace(config, differentiable=config.differentiable | made)
+        stripped, rebased = replay_views_after_grad_writes(
+            new_trace, stripped, input_names(trace), config.differentiable, effects
+        )
+        config = replace(config, differentiable=config.differentiable | rebased.stands_for.keys())
     stripped, saved = keep_old_values_for_backward(trace, new_trace, stripped, config, effects)
     stripped, clones_copied = copy_clones(
         trace, stripped, input_names(trace), config.executors, config.aliased_inputs, effects
@@ -940,6 +947,7 @@ def _pipeline(
         report.zero_gradient_links = freport.zero_gradient_links
     if copied is not None:
         report.copied_view_handles, report.copied_views_replayed = copied.write_handles, copied.replayed_reads
+        report.views_rebased = rebased.replayed_reads
     report.stripped = nstripped
     report.saved_old_values = saved
     report.clones_copied, report.views_unfused = clones_copied, views_unfused

@@ -62,7 +62,7 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 
 from thunder_ext.alias_analysis import TrackedViews, ViewStep, storage_groups
-from thunder_ext.op_kinds import tensor_args, tensor_outs, writes_with_grad
+from thunder_ext.op_kinds import effect_of, tensor_args, tensor_outs, writes_with_grad
 from thunder_ext.recording import at_source_of, record_again
 
 # View ops whose result stops being a plain view once autodiff runs (measured on every view op
@@ -153,4 +153,132 @@ def replay_views_autodiff_copies(
         out.append(bsym.from_bsym_swap_proxies(swap, skip_output=True) if swap else bsym)
         for n in views.advance(bsym, effect):
             replayed.pop(n, None)
+    return out, report
+
+
+@dataclass
+class _Root:
+    """A tensor views are made from, as the barrier pass keeps it in place."""
+
+    latest: TensorProxy  # its newest whole version: the write output Thunder's traces read next
+    epoch: int = 0  # how many writes with a gradient it has had as a whole
+
+
+def replay_views_after_grad_writes(
+    new_trace: TraceCtx, bsyms: Sequence[BoundSymbol], inputs: set[str], differentiable: frozenset[str], effects=None
+) -> tuple[list[BoundSymbol], CopiedViewsReport]:
+    """``bsyms`` with every use of a differentiable view, made before a write with a gradient into
+    its base as a whole, rewritten to use the view made again after that write, from the base's
+    newest version.  ``new_trace`` names the new proxies; the input list is never mutated.
+
+    Eager regenerates such a view's history from its base's when the base is written: its
+    gradient goes through the write.  Thunder's autodiff knows nothing of the link: the view
+    made before carries the base's old history, so its gradient skips the write (soak seed 63000:
+    ``t1 = a + 1; t2 = t1.t(); t1.add_(t1)``, then ``t2.add_(t2)`` under no-grad and ``return t2``:
+    ``a`` got ``g.t()``, eager ``2 * g.t()``).  The view made again reads the newest version,
+    which carries the write's history, so autodiff differentiates it as eager does.  At run time
+    both are the same view of the same storage.
+
+    Before (the write kept in place: the no-grad write through ``t3`` stays a write)::
+
+        t3 = ltorch.t(t1)
+        t5 = ltorch.add_(t1, t1, alpha=1)
+        t7 = ltorch.add_(t3, t3, alpha=1)       # grad disabled
+        return (t7,)
+
+    After::
+
+        t3 = ltorch.t(t1)                       # read by nothing now; dce removes it
+        t5 = ltorch.add_(t1, t1, alpha=1)
+        t9 = ltorch.t(t5)                       # made again after the write
+        t7 = ltorch.add_(t9, t9, alpha=1)
+        return (t7,)
+
+    Invariants:
+
+    * only a base written as a whole counts (its name or an in-place op's output on it): a
+      write with a gradient through one of its views leaves its history behind in Thunder's
+      autodiff, a base read then is class 5, and none of its views is made again here;
+    * a write without a gradient changes no history (eager), so it never makes a view stale;
+    * views autodiff computes as copies are :func:`replay_views_autodiff_copies`' (it runs first);
+    * a view made again is shared by the uses that follow, until the next write into its storage.
+    """
+    report = CopiedViewsReport()
+    info = storage_groups(bsyms, inputs, cache=effects)
+    roots: dict[str, _Root] = {}  # a whole version's name -> its root
+    views: dict[str, tuple[_Root, list[ViewStep], int]] = {}  # view -> (root, chain, root epoch when made)
+    aliases: set[str] = set()  # every name an op made as an alias of its argument, view or not
+    opaque: set[str] = set()  # groups written with a gradient other than as a whole: left alone
+    replayed: dict[str, TensorProxy] = {}
+    out: list[BoundSymbol] = []
+
+    def root(p: TensorProxy) -> _Root | None:
+        if p.name in views:
+            return None
+        if p.name not in roots:
+            roots[p.name] = _Root(p)
+        return roots[p.name]
+
+    def replay(r: _Root, chain: list[ViewStep], like: BoundSymbol) -> TensorProxy:
+        cur = r.latest
+        for view, k in chain:
+            made, outs = record_again(new_trace, view, {variableify(tensor_args(view)[0]): cur})
+            out.extend(at_source_of(made, like))
+            cur = outs[k]
+        return cur
+
+    for bsym, effect in zip(bsyms, info.effects):
+        swap: dict = {}
+        for p in tensor_args(bsym):
+            entry = views.get(p.name)
+            if entry is None or p.name not in differentiable or variableify(p) in swap:
+                continue
+            r, chain, epoch = entry
+            if r.epoch == epoch or info.group_of(p) in opaque:
+                continue
+            if p.name not in replayed:
+                replayed[p.name] = new = replay(r, chain, bsym)
+                views[new.name] = (r, chain, r.epoch)
+                report.stands_for[new.name] = p.name
+                report.replayed_reads += 1
+            swap[variableify(p)] = replayed[p.name]
+        if swap:
+            bsym = bsym.from_bsym_swap_proxies(swap, skip_output=True)
+            effect = effect_of(bsym)
+        out.append(bsym)
+        # Take in the effect: writes move roots on, views extend chains.
+        with_grad = writes_with_grad(bsym)
+        for w in effect.writes:
+            g = info.group_of(w)
+            for n in [n for n in replayed if info.group_of(n) == g]:
+                del replayed[n]
+            outs = [o for o, a in effect.aliases if a is w]
+            carries = with_grad and any(o.name in differentiable for o in outs)
+            if w.name in views or (w.name in aliases and w.name not in roots) or not outs:
+                # Through a view (or another alias, or with no output for what it wrote, as
+                # batch_norm's running stats): the base's history in Thunder misses the write.
+                if carries or (with_grad and not outs):
+                    opaque.add(g)
+                if w.name in views:
+                    views.update((o.name, views[w.name]) for o in outs)  # the same view, written
+                continue
+            r = root(w)
+            for o in outs:
+                r.latest = o
+                roots[o.name] = r
+            r.epoch += carries
+        position = {o.name: k for k, o in enumerate(tensor_outs(bsym))}
+        for o, a in effect.aliases:
+            if any(a is w for w in effect.writes):
+                continue
+            aliases.add(o.name)
+            if not effect.is_view or autodiff_copies(bsym):
+                continue
+            step = (bsym, position[o.name])
+            if a.name in views:
+                r, chain, epoch = views[a.name]
+                views[o.name] = (r, chain + [step], epoch)
+            elif a.name not in aliases or a.name in roots:
+                r = root(a)
+                views[o.name] = (r, [step], r.epoch)
     return out, report
