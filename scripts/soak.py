@@ -88,7 +88,13 @@ def _soak_here(args, start: float):
     if args.plain:
         configs = tuple(replace(c, transform=False, check=False) for c in configs)
 
+    reported: set[str] = set()
+
     def progress(result, program, judgement) -> None:
+        # A new distinct failure is shown when it is found: a long soak is read while it runs.
+        for sig in result.failures.keys() - reported:
+            reported.add(sig)
+            print(f"[{time.monotonic() - start:7.1f}s] new failure: {sig}\n{result.smallest(sig).source}", flush=True)
         if args.progress and result.ran % args.progress == 0:
             print(
                 f"[{time.monotonic() - start:7.1f}s] {result.ran} programs, "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+import torch
 import thunder
 import thunder.executors.torchex as torchex
 import thunder.torch as ltorch
@@ -465,3 +466,30 @@ def test_fixed_point_loop_past_its_bound_is_an_internal_error():
     with pytest.raises(PlacementDidNotConvergeError, match="the remat guard did not reach a fixed point") as e:
         rounds.next_round()
     assert not isinstance(e.value, InplaceOrderingError)  # a bug, never a refusal
+
+
+def test_saves_input_is_what_eagers_backward_saves():
+    """Asked of eager on meta tensors: ``mul`` saves both inputs, ``add`` and ``exp`` save none of
+    theirs (``exp`` saves its result), ``index_select`` its index only; a call eager cannot make
+    with Thunder's arguments (``relu``'s extra flag) is taken to save everything."""
+    import thunder
+
+    from thunder_ext.meta_calls import saves_input
+
+    def f(a, b, idx):
+        return a * b, a + b, a.exp(), a.index_select(0, idx), torch.relu(a)
+
+    jf = thunder.jit(f)
+    jf(torch.randn(4, 3), torch.randn(4, 3), torch.tensor([0, 2]))
+    trace = thunder.last_traces(jf)[0]
+    got = {}
+    for b in trace.bound_symbols:
+        if b.sym.name in ("mul", "add", "exp", "index_select", "relu"):
+            got[b.sym.name] = [saves_input(b, p) for p in b.flat_proxy_args if hasattr(p, "shape")]
+    assert got == {
+        "mul": [True, True],
+        "add": [False, False],
+        "exp": [False],
+        "index_select": [False, True],
+        "relu": [True],
+    }

@@ -3104,3 +3104,26 @@ def test_a_multi_output_view_read_after_its_bases_write_stays_refused():
     cells = judge_function(split_view_read_after_its_bases_write, lambda g: (_x(g),), grad_modes=(True,), configs=ALL_CELLS).cells
     assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
     assert all(c.status == "refused" for c in cells if c.config.entry == "jit"), "\n".join(map(str, cells))
+
+
+def input_read_by_exp_before_its_last_write(a, b):
+    a.copy_(b)
+    t = a.exp()  # eager's backward saves exp's result, not `a`: the write after it is fine
+    a.copy_(b * 2)
+    return (t * 3,)
+
+
+def test_an_input_read_by_an_op_that_saves_no_input_is_made_a_value():
+    """Which reads before a write make eager's backward raise is asked of eager itself
+    (``meta_calls.saves_input``), not a list of ops: ``exp`` saves its result, so ``a`` is made
+    a value here, where it was kept in place with the reason "eager refuses that backward",
+    which was not true."""
+    from thunder_ext import last_reports
+    from thunder_ext.testing.compare import Config, compile_fn
+
+    make = lambda g: (_x(False), _x(g) * 1)  # noqa: E731
+    assert_matches_eager(input_read_by_exp_before_its_last_write, make)
+    compiled = compile_fn(input_read_by_exp_before_its_last_write, Config(fusion_type="dataflow"))
+    compiled(*make(True))
+    report = last_reports(compiled)[-1].before_autodiff
+    assert report.functional_inputs == ["a"] and not report.kept_inputs, report

@@ -361,7 +361,7 @@ def test_probe_answers_by_signature_what_the_meta_call_answers():
         into_int = torch_mul.bind(i, 0.5, output=out_f).from_bsym(kwargs={"out": i})
         into_second = torch_mul.bind(f, g, output=out_f).from_bsym(kwargs={"out": g})
     cases = [(into_float, f), (into_int, i), (into_second, g)]
-    keys = [rp._probe_signature(b, buf, out_f) for b, buf in cases]
+    keys = [rp._probe_key(b, buf, out_f) for b, buf in cases]
     assert None not in keys and len(set(keys)) == 3
     rp._PROBED.clear()
     for _ in range(2):  # the second round is answered from the memo

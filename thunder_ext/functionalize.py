@@ -91,6 +91,7 @@ from thunder.core.trace import TraceCtx, from_trace
 from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import storage_groups
+from thunder_ext.meta_calls import saves_input
 from thunder_ext.overlap import find_overlaps, is_plain_copy
 from thunder_ext.recording import at_source_of, record, record_again
 from thunder_ext.op_kinds import (
@@ -122,9 +123,6 @@ _NOT_REPLAYABLE = _ids("detach", "real", "imag", "view_as_real", "indices", "val
 _RESHAPING_VIEWS = _ids("view", "view_as", "unflatten")
 # Views that repeat input elements: reading through them is fine, writing through them is not.
 _READ_ONLY = _ids("expand", "expand_as", "unfold") | {PrimIDs.BROADCAST_IN_DIM, PrimIDs.UNFOLD}
-# Ops whose gradient is linear in the cotangent alone: eager's backward saves no input of theirs,
-# so a write after them does not make it raise (``t = a[:2] - a[:2]``, then ``a.copy_(b)``).
-_GRADIENT_READS_NO_INPUT = frozenset({"add", "sub", "neg", "sum", "mean", "clone"})
 
 
 @dataclass
@@ -380,8 +378,9 @@ class _Functionalizer:
         When the return hands back the input itself after such a write, it returns the value
         instead of the caller's tensor (:meth:`return_values`), as only the value can carry the
         write's history.  Not when an op that is not a write reads the input for a gradient before
-        a write, where eager's backward raises (its saved tensor was modified), and the in-place
-        form is refused alike."""
+        a write, and eager's backward of it saves the input (:func:`thunder_ext.meta_calls.saves_input`:
+        ``mul``, not ``add`` or ``exp``): that backward raises (its saved tensor was modified),
+        and the in-place form is refused alike."""
         info = self.info
         members = info.groups.members()
         out: dict[str, TensorProxy] = {}
@@ -390,18 +389,21 @@ class _Functionalizer:
             for w in e.writes:
                 writers.setdefault(info.group_of(w), []).append(i)
         last_read: dict[str, int] = {}
-        first_grad_read: dict[str, int] = {}  # group -> first op (not a write, not a view) reading it for a gradient
+        first_grad_read: dict[str, int] = {}  # written group -> first op (not a write, not a view) saving it for a gradient
         for i, (b, e) in enumerate(zip(self.bsyms, info.effects)):
             if not is_return(b):
                 for p in tensor_args(b):
                     if p.name in info.groups:
                         last_read[info.group_of(p)] = i
+                        g = info.group_of(p)
                         if (
-                            not (e.writes or e.aliases)
-                            and b.sym.name not in _GRADIENT_READS_NO_INPUT
+                            g not in first_grad_read
+                            and g in writers
+                            and not (e.writes or e.aliases)
                             and any(o.name in self.differentiable for o in tensor_outs(b))
+                            and saves_input(b, p)
                         ):
-                            first_grad_read.setdefault(info.group_of(p), i)
+                            first_grad_read[g] = i
         # Groups whose input the return hands back itself (the input, or an in-place op's output on it).
         whole = whole_tensor_versions(self.bsyms, info.inputs, info.effects)
         returned_whole = {info.group_of(n) for b in self.bsyms if is_return(b) for n in returned_data(b) & whole}

@@ -73,15 +73,14 @@ from collections.abc import Callable
 
 import torch
 from thunder.core import prims
-from thunder.core.dtypes import to_torch_dtype
-from thunder.core.proxies import Proxy, TensorProxy
-from thunder.core.pytree import tree_flatten, tree_map
+from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.core.utils import consumers, producers
 from thunder.executors.torchex import ex as torchex
 
 from thunder_ext.alias_analysis import input_names, storage_groups
+from thunder_ext.meta_calls import call_on_meta, call_signature, memoized, position, torch_function
 from thunder_ext.op_kinds import returned_data, returned_to_caller
 
 # torch.nn.functional ops whose ``inplace=True`` form writes into their first argument.
@@ -189,37 +188,9 @@ def _inplace_form(bsym: BoundSymbol, buf: TensorProxy) -> BoundSymbol | None:
     return bsym.from_bsym(kwargs={**bsym.kwargs, "out": buf}, subsymbols=())
 
 
-def _torch_callable(bsym: BoundSymbol) -> Callable | None:
-    module = getattr(bsym.sym, "module", None)
-    return getattr(module, bsym.sym.name, None) if module is not None else None
-
-
 # Probe answers by signature: a loop's ops repeat the same few (a meta call each made the
 # final-trace hook a third of the transform's time on scripts/bench.py's loop).
 _PROBED: dict[tuple, bool] = {}
-_PROBED_MAX = 4096
-
-
-def _probe_signature(new: BoundSymbol, buf: TensorProxy, out: TensorProxy) -> tuple | None:
-    """What decides a probe: the symbol, the arguments' structure, each tensor's shape, dtype and
-    which earlier argument (or ``buf``) it is, every other leaf by type and value; None where a
-    leaf is unhashable or a number proxy."""
-    leaves, spec = tree_flatten((new.args, new.kwargs))
-    seen: dict[str, int] = {}
-    parts: list = []
-    for x in leaves:
-        if isinstance(x, TensorProxy):
-            parts.append(("T", tuple(x.shape), x.dtype, seen.setdefault(x.name, len(seen)), x.name == buf.name))
-        elif isinstance(x, Proxy):  # a number proxy compares symbolically
-            return None
-        else:
-            parts.append((type(x), x))
-    key = (new.sym.id, new.sym.name, spec, tuple(parts), tuple(out.shape), out.dtype)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
 
 
 def _probe(new: BoundSymbol, buf: TensorProxy, out: TensorProxy) -> bool:
@@ -228,32 +199,21 @@ def _probe(new: BoundSymbol, buf: TensorProxy, out: TensorProxy) -> bool:
     Catches what the signature cannot tell: an overload without ``out=`` (``torch.where`` with
     a scalar), or a result type that cannot be cast into ``buf``.
     """
-    key = _probe_signature(new, buf, out)
-    if key is not None and key in _PROBED:
-        return _PROBED[key]
-    ok = _probe_on_meta(new, buf, out)
-    if key is not None and len(_PROBED) < _PROBED_MAX:
-        _PROBED[key] = ok
-    return ok
+    return memoized(_PROBED, _probe_key(new, buf, out), lambda: _probe_on_meta(new, buf, out))
+
+
+def _probe_key(new: BoundSymbol, buf: TensorProxy, out: TensorProxy) -> tuple | None:
+    """The call's signature, which argument is ``buf``, and what ``out`` must be."""
+    return call_signature(new, position(new, buf), tuple(out.shape), out.dtype)
 
 
 def _probe_on_meta(new: BoundSymbol, buf: TensorProxy, out: TensorProxy) -> bool:
-    fn = _torch_callable(new)
+    fn = torch_function(new)
     if fn is None:
         return False
-    metas: dict[str, torch.Tensor] = {}
-
-    def meta(x):
-        if isinstance(x, TensorProxy):
-            if x.name not in metas:
-                metas[x.name] = torch.empty(tuple(x.shape), dtype=to_torch_dtype(x.dtype), device="meta")
-            return metas[x.name]
-        return x
-
-    args, kwargs = tree_map(meta, (new.args, new.kwargs))
     try:
         with torch.no_grad():
-            result = fn(*args, **kwargs)
+            metas, result = call_on_meta(new, fn)
     except Exception:  # no such overload, or a cast it refuses: leave the op as it is
         return False
     return result is metas[buf.name] and tuple(result.shape) == tuple(out.shape) and result.dtype == metas[buf.name].dtype
