@@ -3127,3 +3127,63 @@ def test_an_input_read_by_an_op_that_saves_no_input_is_made_a_value():
     compiled(*make(True))
     report = last_reports(compiled)[-1].before_autodiff
     assert report.functional_inputs == ["a"] and not report.kept_inputs, report
+
+
+# -- soak seed 64000 ---------------------------------------------------------------------------
+
+
+def running_var_slice_returned_beside_a_view_with_grad(a, rm, rv):
+    t0 = a.expand(2, 4, 3)
+    t1 = t0[1:]
+    t4 = rv[::2]
+    t5 = F.batch_norm(a, rm, rv, training=True, momentum=0.1)
+    t6 = t5.sum(1)  # noqa: F841
+    return (a, t4, t1)
+
+
+def test_a_view_made_again_for_the_return_stays_in_the_forward():
+    """Crashed with ``torch_compile_ex`` under consecutive fusion and grad ("cannot access local
+    variable 't49'"; soak seed 64000, plain Thunder right): ``t4``, a view of ``rv`` made before
+    ``batch_norm`` updated it, was made again at the return, after the joint trace's backward,
+    and one region took both; autodiff's split put it in the forward, which then read the
+    ``get_grad`` outputs.  The view is now made again before the backward."""
+    make = lambda g: (_x(g) * 1 if g else _x(g), *_stats())  # noqa: E731
+    assert_answered_in_every_cell(running_var_slice_returned_beside_a_view_with_grad, make)
+
+
+def gradient_written_through_a_split_of_a_plain_tensor(a, b):
+    t0 = a[0]
+    t1 = b.split(2)[1]
+    t1[0] = t0  # eager raises: "A view was created in no_grad mode and is being modified inplace ..."
+    return (b * 1,)
+
+
+def plain_value_written_through_a_split_of_a_plain_tensor(a, b):
+    t1 = b.split(2)[1]
+    t1[0] = 2.0
+    return (b * a,)
+
+
+def test_a_gradient_written_through_a_multi_output_view_is_refused_as_eager_refuses():
+    """A missed refusal (soak seed 64000; plain Thunder computes numbers too): eager refuses a
+    write with grad of a value that carries a gradient through an output of ``split`` or
+    ``unbind``, also of a tensor that has none.  A value without gradient is written, in eager
+    and here."""
+    make = lambda g: (_x(g), _x(False))  # noqa: E731
+    cells = judge_function(gradient_written_through_a_split_of_a_plain_tensor, make, grad_modes=(True,), configs=ALL_CELLS).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    assert all(c.status == "refused" for c in cells if c.config.entry == "jit"), "\n".join(map(str, cells))
+    assert_answered_in_every_cell(plain_value_written_through_a_split_of_a_plain_tensor, make)
+
+
+def detached_value_written_through_a_split_of_a_plain_tensor(a, b):
+    t1 = b.split(2)[1]
+    t1[0] = a[0].detach()
+    return (b * a,)
+
+
+def test_a_detached_value_carries_no_gradient():
+    """Was a needless refusal: the names that carry gradients counted ``detach``'s output among
+    them.  With the default executors it is answered (with ``torch_compile_ex``, Dynamo refuses
+    ``detach`` inside the region, in plain Thunder too)."""
+    assert_matches_eager(detached_value_written_through_a_split_of_a_plain_tensor, lambda g: (_x(g), _x(False)))

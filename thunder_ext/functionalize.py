@@ -93,7 +93,7 @@ from thunder.extend import Executor
 from thunder_ext.alias_analysis import storage_groups
 from thunder_ext.meta_calls import saves_input
 from thunder_ext.overlap import find_overlaps, is_plain_copy
-from thunder_ext.recording import at_source_of, record, record_again
+from thunder_ext.recording import at_source_of, call_again, record, record_again
 from thunder_ext.op_kinds import (
     effect_of,
     is_copy,
@@ -704,9 +704,7 @@ class _Functionalizer:
             idx = ltorch.reshape(ltorch.arange(numel, device=base.device), *base.shape)
             for i, k, _ in path:
                 view = self.bsyms[i]
-                arg = tensor_args(view)[0]
-                sw = view.from_bsym_swap_proxies({variableify(arg): idx}, skip_output=True)
-                idx = [p for p in _flat(sw.sym(*sw.args, **sw.kwargs)) if isinstance(p, TensorProxy)][k]
+                idx = call_again(view, {variableify(tensor_args(view)[0]): idx})[k]
             flat = ltorch.reshape(base, numel)
             new = ltorch.index_copy(flat, 0, ltorch.reshape(idx, -1), ltorch.reshape(value, -1))
             return ltorch.reshape(new, *base.shape)

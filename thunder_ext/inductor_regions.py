@@ -189,6 +189,7 @@ class InductorRegions(WalkPolicy):
             cur = walk.current(p)
             if self.made_from.get(cur.name, self.made_from.get(tensor_outs(chain[0])[0].name)) == base.name:
                 continue  # made from the input's newest name: this region's own
+            start = len(walk.out)
             with tracectx(walk.options.new_trace):
                 for view in chain:
                     out = view.flat_proxy_outs[0]
@@ -200,10 +201,36 @@ class InductorRegions(WalkPolicy):
                     walk.defined.add(new.name)
                     walk.touched_forward.add(new.name)
                     base = new
+            if is_return(bsym):
+                self.move_before_backward(start, walk.current(x))
             self.made_from[base.name] = walk.current(x).name
             self.replayed_from[base.name] = p.name
             walk.report.views_made_again += 1
             walk.bump(cur, base, None)
+
+    def move_before_backward(self, start: int, base: TensorProxy) -> None:
+        """Move the views made again for the return (``walk.out[start:]``) before the joint
+        trace's backward, where ``base`` is defined by then.
+
+        Made at the return, they come after the backward's bsyms, and a consecutive
+        ``torch_compile_ex`` region can then take both: autodiff's split puts the region, which
+        makes a forward output, in the forward, and the forward reads the ``get_grad`` outputs it
+        never defines (``t4 = rv[::2]`` returned after ``batch_norm`` updated ``rv``, beside an
+        output with a gradient; soak seed 64000, plain Thunder right)."""
+        walk = self.walk
+        first = next(
+            (j for j in range(start) if walk.out[j].sym.id == prims.PrimIDs.GET_GRAD
+             or has_tags(walk.out[j], {BoundSymbolTag.BACKWARD})),
+            None,
+        )  # fmt: skip
+        if first is None:
+            return
+        defined = {p.name for b in walk.out[:first] for p in b.flat_proxy_outs} | set(walk.options.inputs)
+        if base.name not in defined:
+            return
+        order = [*range(first), *range(start, len(walk.out)), *range(first, start)]
+        walk.out = [walk.out[j] for j in order]
+        walk.origin = [walk.origin[j] for j in order]
 
     def leave_views_to_replay(self, plan: Plan) -> None:
         """Leave out of ``plan``'s renames the views of an input that ``plan`` renames too.

@@ -30,13 +30,18 @@ def record(trace: TraceCtx, fn: Callable[[], T]) -> tuple[list[BoundSymbol], T]:
     return made, result
 
 
-def record_again(trace: TraceCtx, bsym: BoundSymbol, swap: dict) -> tuple[list[BoundSymbol], list[TensorProxy]]:
-    """Call ``bsym``'s symbol again with the proxies ``swap`` names (variableified -> new) in
-    place of its arguments: the bsyms it bound, and its tensor outputs, which are new proxies
+def call_again(bsym: BoundSymbol, swap: dict) -> list[TensorProxy]:
+    """Call ``bsym``'s symbol again, in the current trace scope, with the proxies ``swap`` names
+    (variableified -> new) in place of its arguments: its tensor outputs, which are new proxies
     (a view made again on another tensor, say)."""
     swapped = bsym.from_bsym_swap_proxies(swap, skip_output=True)
-    made, result = record(trace, lambda: swapped.sym(*swapped.args, **swapped.kwargs))
-    return made, [p for p in tree_flatten(result)[0] if isinstance(p, TensorProxy)]
+    result = swapped.sym(*swapped.args, **swapped.kwargs)
+    return [p for p in tree_flatten(result)[0] if isinstance(p, TensorProxy)]
+
+
+def record_again(trace: TraceCtx, bsym: BoundSymbol, swap: dict) -> tuple[list[BoundSymbol], list[TensorProxy]]:
+    """:func:`call_again` recorded into ``trace``: the bsyms it bound, and its tensor outputs."""
+    return record(trace, lambda: call_again(bsym, swap))
 
 
 def at_source_of(bsyms: Iterable[BoundSymbol], like: BoundSymbol) -> list[BoundSymbol]:

@@ -445,7 +445,7 @@ def differentiable_names(trace: TraceCtx) -> set[str]:
         # grad_enabled=False: by the time transforms run, Thunder has dropped the
         # set_grad_enabled markers).  The tensor it writes keeps its own history, as in eager
         # (the barrier pass's straight-through barrier), so its output stays differentiable.
-        if is_like_factory(bsym):
+        if is_like_factory(bsym) or bsym.sym.name == "detach":  # a detached value has no history
             continue
         if is_barrier(bsym):
             # update_aliases passes each member through: its output k is input k's new version.
@@ -885,19 +885,23 @@ def refuse_multi_output_views_across_writes(
 ) -> None:
     """Refuse what eager refuses of ``MULTI_OUTPUT_VIEWS`` made with grad: ``t0 = a.split(2)[0]``,
     a write into its storage (even under no-grad, even through ``t0``), then ``t0`` used with grad
-    or returned; or a write with grad through ``t0``.  Thunder computes numbers there.  A use
-    under no-grad, a ``detach``, and reads of the base only are answered, as in eager.  Judged on
-    the program as written."""
+    or returned; or a write with grad through ``t0``.  Also a write with grad through such a view
+    of a tensor without gradient, of a value with one (``t0 = b.split(2)[1]; t0[0] = a[0]``:
+    eager raises "A view was created in no_grad mode ...", soak seed 64000).  Thunder computes
+    numbers there.  A use under no-grad, a ``detach``, and reads of the base only are answered,
+    as in eager.  Judged on the program as written."""
     def made_with_grad(bsym: BoundSymbol) -> bool:
         return any(a.name in diff for a in tensor_args(bsym)) and not is_detached(bsym)
 
     def multi_output(bsym: BoundSymbol) -> bool:
-        return bsym.sym.name in MULTI_OUTPUT_VIEWS and made_with_grad(bsym)
+        return bsym.sym.name in MULTI_OUTPUT_VIEWS and not is_detached(bsym)
 
     for u in _view_uses_across_writes(stripped or stripped_storage(trace), multi_output):
         base = tensor_args(u.view)[0].name
         op = u.view.sym.name
-        if u.writes_through and writes_with_grad(u.use):
+        with_grad = made_with_grad(u.view)
+        writes_a_gradient = any(o.name in diff for o in tensor_outs(u.use))
+        if u.writes_through and writes_with_grad(u.use) and (with_grad or writes_a_gradient):
             raise ViewGradientError(
                 f"`{u.name}` comes from `{op}` of `{base}`, which returns several views, and is written "
                 "in place with grad enabled. Eager PyTorch raises here (\"... is a view and is being "
@@ -907,7 +911,7 @@ def refuse_multi_output_views_across_writes(
                 u.use,
             )
         used_with_grad = is_return(u.use) or (made_with_grad(u.use) and u.use.sym.name != "detach")
-        if not u.writes_through and used_with_grad:
+        if not u.writes_through and with_grad and used_with_grad:
             raise ViewGradientError(
                 f"`{u.name}` comes from `{op}` of `{base}`, which returns several views, and is used "
                 "with grad after an in-place write into their storage. Eager PyTorch raises here "
