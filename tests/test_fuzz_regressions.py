@@ -3187,3 +3187,23 @@ def test_a_detached_value_carries_no_gradient():
     them.  With the default executors it is answered (with ``torch_compile_ex``, Dynamo refuses
     ``detach`` inside the region, in plain Thunder too)."""
     assert_matches_eager(detached_value_written_through_a_split_of_a_plain_tensor, lambda g: (_x(g), _x(False)))
+
+
+def test_a_view_after_the_epilogue_makes_no_region_of_its_own():
+    """Gallery ``grad_through_view_of_input`` with ``torch_compile_ex``: the view of ``a`` returned
+    after its epilogue ``copy_`` was a region of its own (two forward regions, where plain Thunder
+    has one); it runs unfused now, and the answer is eager's."""
+    import thunder
+
+    from thunder_ext.testing.compare import Config, compile_fn
+
+    prog = by_name("grad_through_view_of_input")
+    fn, args, _ = prog.build()
+    # Under ThunderFX the gallery documents a refusal here (Program.thunderfx_refused).
+    jit_cells = tuple(c for c in ALL_CELLS if c.entry == "jit")
+    cells = judge_function(fn, lambda g: prog.build()[1], grad_modes=(True,), configs=jit_cells).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    compiled = compile_fn(fn, Config(fusion_type="dataflow", executors="torch_compile"))
+    compiled(*args)
+    regions = [b for b in thunder.last_traces(compiled)[-1].bound_symbols if b.sym.is_fusion]
+    assert len(regions) == 1, thunder.last_traces(compiled)[-1]

@@ -705,7 +705,33 @@ def unfuse_epilogue(
         _pin_all(out, pending, pin)
     if sources:
         out = _private_views_before_epilogue(out, first, epilogue_inputs, through)
+        if trace is not None:
+            out = _views_after_epilogue_unfused(trace, out, executors, torch_copy_.id)
     return _unfuse_dying_slice_writes(out, sources, through, trace) if trace is not None else out
+
+
+def _views_after_epilogue_unfused(trace: TraceCtx, out: list[BoundSymbol], executors, copy_id) -> list[BoundSymbol]:
+    """``out`` with each view left after the unfused epilogue copies (a view of a written input,
+    which reads the copied value) bound to an operator executor.
+
+    Fused, such views make a region of their own after the copies, with nothing to compute: a
+    region call on every step for what is a few stride changes (``v = a[0]; a.mul_(w); return v``,
+    a ``getitem`` region after the copy back into ``a``; gallery ``grad_through_view_of_input``).
+    Unfused, each is one eager view call."""
+    from thunder_ext.nvfuser_forms import _unfused
+
+    first = next((k for k, b in enumerate(out) if b.sym.id == copy_id), None)
+    if first is None:
+        return out
+    out = list(out)
+    for k in range(first + 1, len(out)):
+        b = out[k]
+        if is_return(b) or has_tags(b, {BoundSymbolTag.BACKWARD}) or b.sym.id == copy_id:
+            continue
+        effect = effect_of(b)
+        if effect.is_view and not effect.writes:
+            out[k] = _unfused(trace, b, executors) or b
+    return out
 
 
 # The leaf prims a region may compute besides its epilogue and still get Inductor's write-back
