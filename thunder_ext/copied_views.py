@@ -212,6 +212,11 @@ def replay_views_after_grad_writes(
     replayed: dict[str, TensorProxy] = {}
     out: list[BoundSymbol] = []
 
+    def group(p: TensorProxy | str) -> str:
+        # A view made again belongs to the group of the view it stands for (info predates it).
+        name = p if isinstance(p, str) else p.name
+        return info.group_of(report.stands_for.get(name, name))
+
     def root(p: TensorProxy) -> _Root | None:
         if p.name in views:
             return None
@@ -234,7 +239,7 @@ def replay_views_after_grad_writes(
             if entry is None or p.name not in differentiable or variableify(p) in swap:
                 continue
             r, chain, epoch = entry
-            if r.epoch == epoch or info.group_of(p) in opaque:
+            if r.epoch == epoch or group(p) in opaque:
                 continue
             if p.name not in replayed:
                 replayed[p.name] = new = replay(r, chain, bsym)
@@ -249,8 +254,8 @@ def replay_views_after_grad_writes(
         # Take in the effect: writes move roots on, views extend chains.
         with_grad = writes_with_grad(bsym)
         for w in effect.writes:
-            g = info.group_of(w)
-            for n in [n for n in replayed if info.group_of(n) == g]:
+            g = group(w)
+            for n in [n for n in replayed if group(n) == g]:
                 del replayed[n]
             outs = [o for o, a in effect.aliases if a is w]
             carries = with_grad and any(o.name in differentiable for o in outs)
