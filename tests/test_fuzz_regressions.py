@@ -3183,8 +3183,8 @@ def detached_value_written_through_a_split_of_a_plain_tensor(a, b):
 
 
 def test_a_detached_value_carries_no_gradient():
-    """Was a needless refusal: the names that carry gradients counted ``detach``'s output among
-    them.  With the default executors it is answered (with ``torch_compile_ex``, Dynamo refuses
+    """Was a needless refusal: the refusal above counted the detached value as one that carries a
+    gradient.  With the default executors it is answered (with ``torch_compile_ex``, Dynamo refuses
     ``detach`` inside the region, in plain Thunder too)."""
     assert_matches_eager(detached_value_written_through_a_split_of_a_plain_tensor, lambda g: (_x(g), _x(False)))
 

@@ -445,7 +445,7 @@ def differentiable_names(trace: TraceCtx) -> set[str]:
         # grad_enabled=False: by the time transforms run, Thunder has dropped the
         # set_grad_enabled markers).  The tensor it writes keeps its own history, as in eager
         # (the barrier pass's straight-through barrier), so its output stays differentiable.
-        if is_like_factory(bsym) or bsym.sym.name == "detach":  # a detached value has no history
+        if is_like_factory(bsym):
             continue
         if is_barrier(bsym):
             # update_aliases passes each member through: its output k is input k's new version.
@@ -896,11 +896,16 @@ def refuse_multi_output_views_across_writes(
     def multi_output(bsym: BoundSymbol) -> bool:
         return bsym.sym.name in MULTI_OUTPUT_VIEWS and not is_detached(bsym)
 
-    for u in _view_uses_across_writes(stripped or stripped_storage(trace), multi_output):
+    placed = stripped or stripped_storage(trace)
+    # A detached value has no history, though its name counts as differentiable (a no-grad write
+    # through a detached view of a grad tensor keeps the tensor's history: the barrier pass).
+    detached = {o.name for b in placed[0] if b.sym.name == "detach" for o in tensor_outs(b)}
+    for u in _view_uses_across_writes(placed, multi_output):
         base = tensor_args(u.view)[0].name
         op = u.view.sym.name
         with_grad = made_with_grad(u.view)
-        writes_a_gradient = any(o.name in diff for o in tensor_outs(u.use))
+        written = {w.name for w in effect_of(u.use).writes}
+        writes_a_gradient = any(a.name in diff and a.name not in detached for a in tensor_args(u.use) if a.name not in written)
         if u.writes_through and writes_with_grad(u.use) and (with_grad or writes_a_gradient):
             raise ViewGradientError(
                 f"`{u.name}` comes from `{op}` of `{base}`, which returns several views, and is written "
