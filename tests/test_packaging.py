@@ -8,7 +8,7 @@
   subpackage) would shadow the installed one.
 * The README's "Set-up" section holds exactly two commands, and ``.ci/run`` runs the
   second one (the test suite), then the Thunder ``main`` lane (``.ci/thunder-main``), which
-  runs the same suite against Thunder main and nothing else.
+  runs a named lane of the same suite against Thunder main (the whole suite on request).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shlex
 import shutil
 import site
 import stat
@@ -88,12 +89,36 @@ def test_ci_runs_the_readme_test_command():
     subprocess.run(["bash", "-n", str(CI_RUN)], check=True)
 
 
-def test_thunder_main_lane_runs_the_whole_suite():
+def _collected(args: list[str]) -> set[str]:
+    """Node ids pytest collects from the repository root with ``args`` (in one process)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider", *args],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout
+    return {ln for ln in out.splitlines() if "::" in ln}
+
+
+def test_thunder_main_lane_is_the_lane_it_says():
+    """The lane against Thunder main: the whole suite with ``THUNDER_MAIN_LANE=full``; otherwise
+    the default-executor tests of every file not named, and the whole gallery grid."""
     lane = CI_RUN.parent / "thunder-main"
     subprocess.run(["bash", "-n", str(lane)], check=True)
     cmds = [ln.strip() for ln in lane.read_text().splitlines() if ln.strip() and not ln.strip().startswith("#")]
-    assert cmds[-1] == ".venv-main/bin/python -m pytest", "the lane runs the same suite, unfiltered"
     assert "set -euo pipefail" in cmds
+    assert cmds[-1] == '.venv-main/bin/python -m pytest ${LANE[@]+"${LANE[@]}"}'
+    assert cmds[-2] == 'if [ "${THUNDER_MAIN_LANE:-ci}" = "full" ]; then LANE=(); fi'
+    (lane_line,) = [c for c in cmds if c.startswith("LANE=(")]
+    args = shlex.split(lane_line[len("LANE=(") : -1])
+    ignored = {a.split("=", 1)[1] for a in args if a.startswith("--ignore=")}
+    assert all((ROOT / f).is_file() for f in ignored), "an --ignore names no test file (renamed?)"
+
+    everything, lane_tests = _collected([]), _collected(args)
+    files = lambda ids: {i.split("::")[0] for i in ids}  # noqa: E731
+    assert files(everything) - files(lane_tests) == ignored
+    assert {i for i in everything if i.startswith("tests/test_catalogue.py")} <= lane_tests
+    barriers = {i for i in everything if i.startswith("tests/test_final_barriers.py")}
+    assert barriers & lane_tests == {i for i in barriers if "torch_compile" not in i}
+    assert any("torch_compile" in i for i in barriers), "the lane's -k no longer tells tc cells apart"
 
 
 # -- the wheel ----------------------------------------------------------------------------------
