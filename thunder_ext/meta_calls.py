@@ -9,7 +9,9 @@ repeats the same few ops, and a meta call each is measurable.
 
 Meta tensors have shapes and dtypes but no data, so a call costs no memory and no compute;
 an op eager cannot run on meta (or a constant Thunder represents its own way) makes the probe
-fail, and each caller then takes the conservative answer.
+fail, and each caller then takes the conservative answer.  Where Thunder's symbol takes other
+arguments than the PyTorch callable it is named after, :data:`_EAGER_FORMS` holds the eager call
+that takes Thunder's (tested against eager's own behaviour in ``tests/test_analysis_units.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,62 @@ def torch_function(bsym: BoundSymbol) -> Callable | None:
         if fn is None:
             return None
     return fn if callable(fn) else None
+
+
+def _eager_to(a, first=None, second=None, /, *, device=None, dtype=None, copy=False, memory_format=None):
+    # Thunder's `to` takes (a, dtype-or-device-or-tensor, dtype) and keywords; eager's has no
+    # slot for a None.  Devices are dropped: on meta every tensor stays on meta, and a device
+    # move's backward saves no tensor.
+    dtypes_ = [x for x in (first, second, dtype) if isinstance(x, (torch.dtype, torch.Tensor))]
+    return a.to(*dtypes_[:1], copy=copy, memory_format=memory_format or torch.preserve_format)
+
+
+# Thunder symbols whose arguments are not those of the PyTorch callable of the same name: the
+# eager call that takes Thunder's arguments as they are.  Without one, the call fails and each
+# caller takes its conservative answer.
+_EAGER_FORMS: dict[str, Callable] = {
+    "torch.relu": lambda a, inplace=False: torch.nn.functional.relu(a, inplace),  # (a, inplace)
+    "torch.reshape": lambda a, *shape: torch.reshape(a, _dims(shape)),  # (a, *shape)
+    "torch.permute": lambda a, *dims: torch.permute(a, _dims(dims)),  # (a, *dims)
+    "torch.Tensor.to": _eager_to,
+    # Thunder's dim=None (the last dimension, or the whole tensor); eager's keyword-only `stable`
+    "torch.topk": lambda a, k, dim=None, largest=True, sorted=True: torch.topk(a, k, -1 if dim is None else dim, largest, sorted),
+    "torch.sort": lambda a, dim=None, descending=False, stable=False: torch.sort(
+        a, dim=-1 if dim is None else dim, descending=descending, stable=stable
+    ),
+    "torch.max": lambda a, dim=None, keepdim=False: torch.max(a) if dim is None else torch.max(a, dim, keepdim),
+    "torch.flip": lambda a, *dims: torch.flip(a, _dims(dims)),  # (a, *dims)
+    # Thunder's fill_value is its own; without it these are eager's
+    "torch.tril": lambda a, diagonal=0, *, fill_value=None: torch.tril(a, diagonal) if fill_value is None else _no_form(),
+    "torch.triu": lambda a, diagonal=0, *, fill_value=None: torch.triu(a, diagonal) if fill_value is None else _no_form(),
+    # Thunder takes the functional forms' argument order (running stats first); torch.batch_norm
+    # and torch.instance_norm put the weight first and need cudnn_enabled.  Running stats never
+    # take a gradient (eager raises if they ask for one); detached, they keep their storage.
+    "torch.batch_norm": lambda a, rm=None, rv=None, *rest: torch.nn.functional.batch_norm(a, _nograd(rm), _nograd(rv), *rest),
+    "torch.instance_norm": lambda a, rm=None, rv=None, *rest: torch.nn.functional.instance_norm(
+        a, _nograd(rm), _nograd(rv), *rest
+    ),
+}
+
+
+def _nograd(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.detach()
+
+
+def _dims(dims: tuple) -> tuple:
+    return tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+
+
+def _no_form():
+    raise TypeError("no eager form for these arguments")
+
+
+def eager_form(bsym: BoundSymbol) -> Callable | None:
+    """The eager callable to call with ``bsym``'s own arguments: :data:`_EAGER_FORMS` where
+    Thunder's signature differs from PyTorch's, else :func:`torch_function`."""
+    if getattr(bsym.sym, "module", None) is ltorch and bsym.sym.id in _EAGER_FORMS:
+        return _EAGER_FORMS[bsym.sym.id]
+    return torch_function(bsym)
 
 
 def call_signature(bsym: BoundSymbol, *extra: Hashable) -> tuple | None:
@@ -119,7 +177,7 @@ def _saved_tensors(node) -> list[torch.Tensor]:
 
 
 def _probe_saves(bsym: BoundSymbol, arg: TensorProxy) -> bool:
-    fn = torch_function(bsym)
+    fn = eager_form(bsym)
     if fn is None:
         return True
     try:
