@@ -76,9 +76,11 @@ _EAGER_FORMS: dict[str, Callable] = {
     # Thunder takes the functional forms' argument order (running stats first); torch.batch_norm
     # and torch.instance_norm put the weight first and need cudnn_enabled.  Running stats never
     # take a gradient (eager raises if they ask for one); detached, they keep their storage.
-    "torch.batch_norm": lambda a, rm=None, rv=None, *rest: torch.nn.functional.batch_norm(a, _nograd(rm), _nograd(rv), *rest),
-    "torch.instance_norm": lambda a, rm=None, rv=None, *rest: torch.nn.functional.instance_norm(
-        a, _nograd(rm), _nograd(rv), *rest
+    "torch.batch_norm": lambda a, rm=None, rv=None, *rest, **kw: torch.nn.functional.batch_norm(
+        a, _nograd(rm), _nograd(rv), *rest, **kw
+    ),
+    "torch.instance_norm": lambda a, rm=None, rv=None, *rest, **kw: torch.nn.functional.instance_norm(
+        a, _nograd(rm), _nograd(rv), *rest, **kw
     ),
 }
 
