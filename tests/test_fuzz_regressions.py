@@ -3207,3 +3207,24 @@ def test_a_view_after_the_epilogue_makes_no_region_of_its_own():
     compiled(*args)
     regions = [b for b in thunder.last_traces(compiled)[-1].bound_symbols if b.sym.is_fusion]
     assert len(regions) == 1, thunder.last_traces(compiled)[-1]
+
+
+def test_a_pytorch_vjp_in_a_region_is_a_documented_crash():
+    """Thunder takes ``narrow``'s backward from PyTorch (a ``*_vjp`` symbol), which Dynamo cannot
+    trace in a ``torch_compile_ex`` region: plain Thunder's real error is the documented one."""
+    import thunder
+    from thunder.executors.torch_compile import torch_compile_ex
+
+    from thunder_ext.testing.fuzzing import documented_crash
+
+    def narrowed(a):
+        return a.narrow(1, 1, 2) * 2
+
+    jitted = thunder.jit(narrowed, executors=[torch_compile_ex])
+    a = torch.randn(4, 3, requires_grad=True)
+    try:
+        jitted(a).sum().backward()
+    except Exception as e:  # noqa: BLE001  (the point is which error it is)
+        assert documented_crash(e) == "torch_compile_ex: Thunder's vjp taken from PyTorch"
+    else:
+        pytest.skip("this Thunder and torch compile narrow's backward in a region")

@@ -8,7 +8,7 @@ tracebacks show its lines.
 
 **Vocabulary.**  Every float input is a ``(4, 3)`` tensor (``a``, ``b``, ``c``), each with
 its own ``requires_grad``; optional running stats ``rm``/``rv`` of shape ``(3,)`` (never
-requiring grad), and ``idx = tensor([1, 0])`` when ``index_copy_`` is used.  Statements:
+requiring grad), and ``idx = tensor([1, 0])`` when ``index_copy_`` or ``index_add_`` is used.  Statements:
 
 * functional elementwise ops: ``sin cos tanh sigmoid neg exp`` and ``+ - *`` with a tensor
   of the same shape or a small constant;
@@ -19,7 +19,13 @@ requiring grad), and ``idx = tensor([1, 0])`` when ``index_copy_`` is used.  Sta
   the expanded ``t.expand(2, *t.shape)`` (read, never written: eager refuses writes to
   overlapping memory), ``t.diagonal()`` (autodiff makes it a gather) and ``t.split(2)[1]``
   (an output of a multi-output view, which eager refuses after a write into its storage);
-* writes: ``copy_``, ``index_copy_(0, idx, s)``, setitem ``t[0] = s`` / ``t[1:] = c``;
+  also ``t.narrow(1, 1, 2)``, ``t.transpose(0, 1)``, ``t.select(1, 0)`` and ``t[:, ::2]``;
+* ops that hand back their input itself: ``t.contiguous()`` (of a contiguous ``t``),
+  ``t.to(torch.float32)``, ``t.float()``, ``t.type_as(t)``, ``F.dropout`` with ``p=0`` or in
+  eval mode;
+* ``t @ s.t()`` (a backward that saves both operands);
+* writes: ``copy_``, ``index_copy_(0, idx, s)``, setitem ``t[0] = s`` / ``t[1:] = c``, and
+  ``div_ addcmul_ addcdiv_ masked_fill_ zero_ abs_ square_ floor_ index_add_``;
 * ``F.batch_norm(t, rm, rv, training=True)`` on a 2-D tensor (updates ``rm``/``rv``), and
   module-buffer updates written by hand, under ``torch.no_grad()`` as modules do,
   ``rm.mul_(0.9).add_(t.mean(0), alpha=0.1)``;
@@ -303,7 +309,8 @@ class _Builder:
     def view(self) -> bool:
         kinds = (
             "[0]", "[1:]", "[:2]", "[:, 1]", "view(-1)", "view(2, 6)", "reshape(3, 4)", "t()", "unsqueeze(0)",
-            "[::2]", "expand", "diagonal()", "split(2)[1]",
+            "[::2]", "expand", "diagonal()", "split(2)[1]", "narrow(1, 1, 2)", "transpose(0, 1)", "select(1, 0)",
+            "[:, ::2]",
         )
         kind = self.draw(st.sampled_from(kinds))
         v = self.pick(lambda v: _view_shape(kind, v) is not None)
@@ -434,7 +441,72 @@ class _Builder:
         self.write(v, f"with torch.no_grad(): {line}", bound)
         return True
 
+    def identity(self) -> bool:
+        """An op that hands back its input itself (a no-op ``to``, ``dropout`` with ``p=0`` or in
+        eval mode, ``contiguous`` of a contiguous tensor): the result aliases the input whole."""
+        form = self.draw(st.sampled_from(("contiguous()", "to(torch.float32)", "float()", "type_as", "dropout")))
+        v = self.pick((lambda v: v.contiguous) if form == "contiguous()" else (lambda v: True))
+        if v is None:
+            return False
+        if form == "type_as":
+            expr = f"{v.name}.type_as({v.name})"
+        elif form == "dropout":
+            expr = f"F.dropout({v.name}, {self.draw(st.sampled_from(('0.0', '0.0, True', '0.5, False')))})"
+        else:
+            expr = f"{v.name}.{form}"
+        self.new(expr, v.shape, 0.0, root=v.root, contiguous=v.contiguous, writable=v.writable)
+        return True
+
+    def matmul(self) -> bool:
+        """``v @ w.t()``: a backward that saves both operands, as a linear layer's does."""
+        v = self.pick(lambda v: len(v.shape) == 2)
+        w = self.pick(lambda w: w.shape == v.shape) if v is not None else None
+        if w is None:
+            return False
+        bound = self.b(v) * self.b(w) * v.shape[1]
+        if bound > LIMIT:
+            return False
+        self.new(f"{v.name} @ {w.name}.t()", (v.shape[0], v.shape[0]), bound)
+        return True
+
+    def inplace_other(self) -> bool:
+        """In-place ops beyond the elementwise twins: other arities, masks, fills, ``index_add_``."""
+        op = self.draw(st.sampled_from(
+            ("div_", "addcmul_", "addcdiv_", "masked_fill_", "zero_", "abs_", "square_", "floor_", "index_add_")
+        ))
+        v = self.target((lambda v: len(v.shape) >= 1 and v.shape[0] >= 2) if op == "index_add_" else (lambda v: True))
+        if v is None:
+            return False
+        b = self.b(v)
+        c = self.draw(st.sampled_from(CONSTANTS))
+        if op in ("div_", "masked_fill_", "zero_", "abs_", "square_", "floor_"):
+            line, bound = {
+                "div_": (f"{v.name}.div_({c!r})", b / abs(c)),
+                "masked_fill_": (f"{v.name}.masked_fill_({v.name} > 0, {c!r})", max(b, abs(c))),
+                "zero_": (f"{v.name}.zero_()", 0.0),
+                "abs_": (f"{v.name}.abs_()", b),
+                "floor_": (f"{v.name}.floor_()", b + 1),
+                "square_": (f"{v.name}.square_()", b * b),
+            }[op]
+        else:
+            w = self.pick(lambda w: w.shape == ((2, *v.shape[1:]) if op == "index_add_" else v.shape))
+            if w is None:
+                return False
+            if op == "addcmul_":
+                line, bound = f"{v.name}.addcmul_({w.name}, {w.name}, value={c!r})", b + abs(c) * self.b(w) ** 2
+            elif op == "addcdiv_":
+                line, bound = f"{v.name}.addcdiv_({w.name}, {w.name}.abs() + 1, value={c!r})", b + abs(c) * self.b(w)
+            else:
+                line, bound = f"{v.name}.index_add_(0, {self.need_idx()}, {w.name})", b + self.b(w)
+        if bound > LIMIT:
+            return False
+        self.write(v, line, bound)
+        return True
+
     STATEMENTS = (
+        "identity",
+        "matmul",
+        "inplace_other",
         "unary",
         "binary",
         "inplace_unary",
@@ -477,6 +549,14 @@ def _view_shape(kind: str, v: _Var) -> tuple[tuple[int, ...], bool] | None:
         return ((2, *s), False) if n <= 2 else None
     if kind == "diagonal()":
         return ((min(s),), False) if n == 2 else None
+    if kind == "narrow(1, 1, 2)":
+        return ((s[0], 2), False) if n == 2 and s[1] >= 3 else None
+    if kind == "transpose(0, 1)":
+        return ((s[1], s[0]), False) if n == 2 else None
+    if kind == "select(1, 0)":
+        return ((s[0],), False) if n == 2 else None
+    if kind == "[:, ::2]":
+        return ((s[0], (s[1] + 1) // 2), False) if n == 2 and s[1] >= 2 else None
     if kind == "split(2)[1]":
         return ((min(2, s[0] - 2), *s[1:]), v.contiguous) if n >= 1 and s[0] >= 3 else None
     raise ValueError(kind)
@@ -824,6 +904,9 @@ DOCUMENTED_CRASHES: dict[str, str] = {
     "class 7: Thunder 0.2.6 substitutes aliasing inputs": r"Attempting to reshape .* is different from the number of elements",
     "class 8: Thunder's alias pass inside autograd.Function": r"Detected a cycle while swapping",
     "torch_compile_ex: Inductor's C++ code generation": r"CppCompileError",
+    # Thunder's generic ``*_vjp`` (a backward taken from PyTorch: ``narrow``, ``norm``, ``var``)
+    # inside a region: Dynamo cannot wrap optree's metadata, with or without the transform.
+    "torch_compile_ex: Thunder's vjp taken from PyTorch": r"does not know how to wrap <class 'optree\.registry\.DictMetaData'>",
     # An output eager computes without grad (running stats, copied into a tensor that carries
     # one) gets a grad_fn from Thunder, whose backward then fails on a bare assert.
     "Thunder's backward on an output eager does not differentiate": (
