@@ -489,6 +489,8 @@ SAVES_CASES = [
     ("flip", lambda a: a.flip(0), (_x,)),
     ("tril", lambda a: a.tril(), (_x,)),
     ("batch_norm", lambda a, rm, rv, w, b: _F.batch_norm(a, rm, rv, w, b, training=True), (_x, _v, _v, _v, _v)),
+    ("einsum", lambda a, b: torch.einsum("ij,kj->ik", a, b), (_x, _x)),  # eager saves reshaped copies
+    ("matmul", lambda a, b: a @ b, (_x, lambda: torch.randn(3, 4))),
 ]
 
 

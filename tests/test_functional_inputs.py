@@ -416,3 +416,31 @@ def test_kv_cache_index_copy_goes_back_in_place(executors, fusion_type):
     assert len(writes) == 2 and all(b.kwargs.get("out") is not None and b.kwargs["out"].name == b.args[0].name for b in writes), [str(b) for b in writes]
     assert not [b for b in final.bound_symbols if b.sym.name == "copy_"]
     assert last_reports(jf)[0].final_forward.epilogues_reinplaced == 2
+
+
+def einsum_then_write(a, w):
+    s = torch.einsum("ij,kj->ik", a, w)  # eager's bmm saves a view of ``a`` for ``w``'s gradient
+    a.add_(1)
+    return s
+
+
+@pytest.mark.parametrize("config", MATRIX, ids=config_id)
+def test_a_write_after_a_composite_that_saves_the_input_is_refused_as_eager(config):
+    """Eager's ``einsum`` is a chain of views into ``bmm``, which saves a view of ``a``: after
+    ``a.add_(1)`` eager's backward raises.  The probe of what eager saves once lost track of its
+    walk through that chain (a dropped autograd node's ``id`` came back for the next one), said
+    ``a`` is not saved, made the write a value, and the call returned numbers eager refuses."""
+    from thunder_ext import SavedTensorMutationError
+    from thunder_ext.testing.compare import error_in_chain
+
+    def build(grad):
+        def make():
+            g = torch.Generator().manual_seed(0)
+            return einsum_then_write, (torch.randn(4, 3, generator=g), torch.randn(4, 3, generator=g).requires_grad_(grad)), {}
+
+        return make
+
+    refused = differential(build(True), config)
+    assert refused.status == "refused" and error_in_chain(refused.outcome.error, SavedTensorMutationError), refused.detail
+    answered = differential(build(False), config)
+    assert answered.status == "correct", answered.detail

@@ -188,12 +188,14 @@ def _probe_saves(bsym: BoundSymbol, arg: TensorProxy) -> bool:
         inputs = {id(t) for t in metas.values()}
         leaves = torch.utils._pytree.tree_leaves(result)
         nodes = [t.grad_fn for t in leaves if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-        seen: set[int] = set()
+        # Node objects are made afresh on each access and die when dropped, so an ``id`` alone
+        # could be reused by the next one: ``seen`` keeps each node alive with its id.
+        seen: dict[int, object] = {}
         while nodes:
             node = nodes.pop()
             if id(node) in seen:
                 continue
-            seen.add(id(node))
+            seen[id(node)] = node
             for saved in _saved_tensors(node):
                 if saved.untyped_storage()._cdata == storage:
                     return True
