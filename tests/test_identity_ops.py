@@ -87,3 +87,111 @@ def test_plain_thunder_is_wrong(fn):
     """The shapes above are evidence: plain Thunder's gradient is wrong on each."""
     verdict = differential(_build(fn), PLAIN_HAZARD)
     assert verdict.status == "wrong", f"{verdict.status}: {verdict.detail}"
+
+
+# Soak seed 67000: the same ops on inputs and buffers, where eager's result *is* the input.  Each
+# was refused where plain Thunder is right, or silently wrong (plain Thunder too), until identity
+# ops were folded into their inputs before any analysis (thunder_ext.identity_ops).
+
+
+def subtract_own_identity(b):
+    t0 = b.to(torch.float32)  # t0 is b: b - b over the same positions (was OverlappingSourceError)
+    b.sub_(t0)
+    return b + 1
+
+
+def identity_read_after_private_write(a):
+    h = a * 1
+    h.div_(0.5)
+    t0 = F.dropout(h, 0.5, False)  # t0 is h: it reads the write after it (was ViewGradientError)
+    h.div_(2.0)
+    return t0
+
+
+def return_identity_of_written_buffer(a, rm):
+    t0 = rm.to(torch.float32)  # t0 is rm, so it carries copy_'s history (plain: no gradient for a)
+    rm.copy_(a.sum(0))
+    return t0
+
+
+def view_and_identity_of_input_written_with_grad(a, c):
+    t0 = c[0]
+    t1 = c.to(torch.float32)  # plain Thunder: a's gradient misses t1's share
+    c += a
+    return t0, t1
+
+
+def write_through_eval_dropout_of_input(a, b, c):
+    c.copy_(a)
+    a.abs_()
+    t1 = F.dropout(b, 0.5, False)  # t1 is b: the write reaches b (torch_compile_ex lost it)
+    with torch.no_grad():
+        t1.mul_(1.5)
+    return t1
+
+
+def identity_of_input_read_after_writes(a, b):
+    a.cos_()
+    t0 = b.to(torch.float32)
+    t1 = t0 @ a.t()
+    b.sub_(a)
+    t2 = t0.type_as(t0)  # b after sub_ (torch_compile_ex returned b before it)
+    a[1:] = 0.5
+    return t2, t1
+
+
+# program -> which inputs require grad; the shape of every input is (4, 3), except rm's (3,)
+INPUT_SHAPES = {
+    subtract_own_identity: (),
+    identity_read_after_private_write: ("a",),
+    return_identity_of_written_buffer: ("a",),
+    view_and_identity_of_input_written_with_grad: ("a",),
+    write_through_eval_dropout_of_input: (),
+    identity_of_input_read_after_writes: (),
+}
+# Written with a value that carries a gradient: ThunderFX refuses these (docs/limits.md)
+GRADIENT_INTO_INPUT = {return_identity_of_written_buffer, view_and_identity_of_input_written_with_grad}
+
+
+def _build_inputs(fn, grad: bool):
+    def build():
+        g = torch.Generator().manual_seed(1)
+        names = fn.__code__.co_varnames[: fn.__code__.co_argcount]
+        args = [torch.randn(3 if n == "rm" else (4, 3), generator=g) for n in names]
+        for n, t in zip(names, args):
+            t.requires_grad_(grad and n in INPUT_SHAPES[fn])
+        return fn, tuple(args), {}
+
+    return build
+
+
+@pytest.mark.parametrize("config", MATRIX, ids=config_id)
+@pytest.mark.parametrize("fn", list(INPUT_SHAPES), ids=lambda f: f.__name__)
+def test_identity_op_is_its_input(fn, config: Config):
+    from thunder_ext import ViewGradientError
+    from thunder_ext.testing.compare import error_in_chain
+
+    for grad in (False, True) if INPUT_SHAPES[fn] else (False,):
+        verdict = differential(_build_inputs(fn, grad), config)
+        if grad and fn in GRADIENT_INTO_INPUT and config.entry == "thunderfx":
+            assert verdict.status == "refused" and error_in_chain(verdict.outcome.error, ViewGradientError), verdict.detail
+            continue
+        assert verdict.status == "correct", f"grad={grad}: {verdict.status}: {verdict.detail}"
+
+
+def test_identity_ops_are_folded_into_their_inputs():
+    """Before autodiff the trace has no identity op left, and the return hands back the buffer."""
+    import thunder
+
+    from thunder_ext import last_reports
+    from thunder_ext.transforms import InplaceBarrierTransform
+
+    jf = thunder.jit(return_identity_of_written_buffer, transforms=[InplaceBarrierTransform()])
+    fn, args, _ = _build_inputs(return_identity_of_written_buffer, True)()
+    jf(*args)
+    (folded_op,) = last_reports(jf)[0].identity_ops_folded
+    assert folded_op.startswith("t0 = to(")
+    first = thunder.last_traces(jf)[0]
+    folded = next(t for t in thunder.last_traces(jf) if "thunder_ext barriers" in str(t.get_provenance()))
+    assert "to" in [b.sym.name for b in first.bound_symbols]
+    assert "to" not in [b.sym.name for b in folded.bound_symbols]

@@ -53,7 +53,7 @@ Invariants this pass relies on:
 * every alias edge of a rewritten group is such a write, a *pure selection view* (its output
   elements are elements of its only tensor argument, same dtype; see :data:`_NOT_REPLAYABLE`),
   an *identity op* (a composite of ``shallow_copy`` only: no-op ``to``/``type_as``, ``dropout``
-  with ``p=0``; :func:`_is_identity`), or any alias made after the group's last write (read as
+  with ``p=0``; :func:`thunder_ext.identity_ops.is_identity`), or any alias made after the group's last write (read as
   the value it has then, never replayed, so a ``contiguous`` or ``reshape`` that may copy is
   fine there); and the group has exactly one member not made by an alias edge: its base.
   Anything else (a ``reshape`` that may copy followed by a write, ``detach`` before a write, a
@@ -91,6 +91,7 @@ from thunder.core.trace import TraceCtx, from_trace
 from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import storage_groups
+from thunder_ext.identity_ops import is_identity
 from thunder_ext.meta_calls import saves_input
 from thunder_ext.overlap import find_overlaps, is_plain_copy
 from thunder_ext.recording import at_source_of, call_again, record, record_again
@@ -197,33 +198,10 @@ def _write_form(bsym: BoundSymbol) -> _Write | None:
     return _Write(dst=dst, src=src, out=outs[0] if outs else None, pre=pre)
 
 
-def _is_identity(bsym: BoundSymbol, effect) -> bool:
-    """An op that hands back its first tensor argument unchanged: a composite whose every leaf is
-    ``shallow_copy`` (no-op ``to``/``type``/``type_as``/``float``, ``dropout`` with ``p=0`` or in
-    eval mode), with that argument's shape and dtype.  Called again on a new value, it gives that value."""
-    args, outs = tensor_args(bsym), tensor_outs(bsym)
-    if not bsym.subsymbols or effect.writes or len(outs) != 1:
-        return False
-    if [(o.name, a.name) for o, a in effect.aliases] != [(outs[0].name, args[0].name)]:
-        return False
-    if tuple(outs[0].shape) != tuple(args[0].shape) or outs[0].dtype != args[0].dtype:
-        return False
-    return all(PrimIDs.SHALLOW_COPY in origin_ids(leaf) for leaf in _prims_of(bsym))
-
-
-def _prims_of(bsym: BoundSymbol):
-    """The indivisible subsymbols of a composite, however deeply nested (``type_as`` -> ``to`` -> prims)."""
-    for sub in bsym.subsymbols:
-        if sub.subsymbols:
-            yield from _prims_of(sub)
-        else:
-            yield sub
-
-
 def _view_form(bsym: BoundSymbol, effect) -> str | None:
     """'rw' for a pure selection view or an identity op, 'r' for a view that repeats elements, None otherwise."""
     if not effect.is_view:
-        return "rw" if _is_identity(bsym, effect) else None
+        return "rw" if is_identity(bsym, effect) else None
     args = tensor_args(bsym)
     ids = origin_ids(bsym)
     if len(args) != 1 or ids & _NOT_REPLAYABLE:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import html
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from thunder.core.compile_data import get_compile_data
 from thunder.core.symbol import BoundSymbol
@@ -63,6 +63,8 @@ class StageReports:
     # Writes whose source shares the destination's storage, checked before autodiff
     # (thunder_ext.overlap): how many, and how many were shown apart.
     overlaps: OverlapReport | None = None
+    # Ops that hand back their input itself, folded into it before autodiff (thunder_ext.identity_ops).
+    identity_ops_folded: list[str] = field(default_factory=list)
     # Barrier removal on the final traces (thunder_ext.final_barriers), forward and backward.
     final_forward: "BarrierRemovalReport | None" = None
     final_backward: "BarrierRemovalReport | None" = None

@@ -5,8 +5,8 @@ Use it as ``thunder.jit(fn, transforms=[InplaceBarrierTransform()])`` or through
 
 It acts twice:
 
-* before autodiff (``transform_traces_pre_prologue``), on the computation trace, where it
-  also refuses the constructs whose gradients Thunder gets wrong (:mod:`thunder_ext.refusals`);
+* before autodiff (``transform_traces_pre_prologue``), on the computation trace, after folding
+  the ops that hand back their input itself (:mod:`thunder_ext.identity_ops`), where it also refuses the constructs whose gradients Thunder gets wrong (:mod:`thunder_ext.refusals`);
 * at the fusion stage, after every decomposition and before any fusion pass, through
   :class:`thunder_ext.integration.BarrierStage`, where it also refuses forward writes to
   values the backward reads (class 6).
@@ -34,6 +34,7 @@ from thunder_ext.alias_analysis import input_names
 from thunder_ext.barriers import barrier_pass
 from thunder_ext.errors import InplaceOrderingError
 from thunder_ext.final_barriers import BarrierRemovalReport, count_barriers, remove_final_barriers
+from thunder_ext.identity_ops import fold_identity_ops
 from thunder_ext.index_order import split_overlapping_index_writes
 from thunder_ext.input_aliases import aliased_inputs, guard_substituted_aliases
 from thunder_ext.integration import install_barrier_stage, reports_for
@@ -65,6 +66,8 @@ class InplaceBarrierTransform(thunder.Transform):
 
     def transform_traces_pre_prologue(self, prologue_trace, computation_trace, epilogue_trace, **kwargs):
         install_barrier_stage(check=self.check, comment=self.comment)
+        # An op that hands back its input is that input in eager: every later step reads it so.
+        computation_trace, identities = fold_identity_ops(computation_trace)
         aliased = aliased_inputs(computation_trace)
         cd = get_compile_data()
         config = stage_config.before_autodiff(
@@ -103,6 +106,7 @@ class InplaceBarrierTransform(thunder.Transform):
             reports = reports_for(cd)
             reports.before_autodiff, reports.aliased_inputs, reports.overlaps = report, aliased, overlaps
             reports.running_stats_only = inputs_written_only_as_running_stats(stripped)
+            reports.identity_ops_folded = identities.folded
         return guard_substituted_aliases(prologue_trace, computation_trace), new, epilogue_trace
 
     def transform_trace_post_optimization(self, computation_trace: TraceCtx, **kwargs) -> TraceCtx:

@@ -24,8 +24,9 @@ requiring grad), and ``idx = tensor([1, 0])`` when ``index_copy_`` or ``index_ad
   ``t.to(torch.float32)``, ``t.float()``, ``t.type_as(t)``, ``F.dropout`` with ``p=0`` or in
   eval mode;
 * ``t @ s.t()`` (a backward that saves both operands);
-* writes: ``copy_``, ``index_copy_(0, idx, s)``, setitem ``t[0] = s`` / ``t[1:] = c``, and
-  ``div_ addcmul_ addcdiv_ masked_fill_ zero_ abs_ square_ floor_ index_add_``;
+* writes: ``copy_``, ``index_copy_(0, idx, s)``, setitem ``t[0] = s`` / ``t[1:] = c``,
+  ``div_ addcmul_ addcdiv_ masked_fill_ zero_ abs_ square_ index_add_``, and ``F.silu`` and
+  ``F.leaky_relu`` with ``inplace=True``;
 * ``F.batch_norm(t, rm, rv, training=True)`` on a 2-D tensor (updates ``rm``/``rv``), and
   module-buffer updates written by hand, under ``torch.no_grad()`` as modules do,
   ``rm.mul_(0.9).add_(t.mean(0), alpha=0.1)``;
@@ -472,20 +473,21 @@ class _Builder:
     def inplace_other(self) -> bool:
         """In-place ops beyond the elementwise twins: other arities, masks, fills, ``index_add_``."""
         op = self.draw(st.sampled_from(
-            ("div_", "addcmul_", "addcdiv_", "masked_fill_", "zero_", "abs_", "square_", "floor_", "index_add_")
+            ("div_", "addcmul_", "addcdiv_", "masked_fill_", "zero_", "abs_", "square_", "silu", "leaky_relu", "index_add_")
         ))
         v = self.target((lambda v: len(v.shape) >= 1 and v.shape[0] >= 2) if op == "index_add_" else (lambda v: True))
         if v is None:
             return False
         b = self.b(v)
         c = self.draw(st.sampled_from(CONSTANTS))
-        if op in ("div_", "masked_fill_", "zero_", "abs_", "square_", "floor_"):
+        if op in ("div_", "masked_fill_", "zero_", "abs_", "square_", "silu", "leaky_relu"):
             line, bound = {
                 "div_": (f"{v.name}.div_({c!r})", b / abs(c)),
                 "masked_fill_": (f"{v.name}.masked_fill_({v.name} > 0, {c!r})", max(b, abs(c))),
                 "zero_": (f"{v.name}.zero_()", 0.0),
                 "abs_": (f"{v.name}.abs_()", b),
-                "floor_": (f"{v.name}.floor_()", b + 1),
+                "silu": (f"F.silu({v.name}, inplace=True)", max(b, 0.3)),
+                "leaky_relu": (f"F.leaky_relu({v.name}, 0.1, inplace=True)", b),
                 "square_": (f"{v.name}.square_()", b * b),
             }[op]
         else:

@@ -1,0 +1,109 @@
+"""Ops that hand back their input itself, folded away before any analysis reads the trace.
+
+In eager PyTorch a no-op ``to``/``type``/``type_as``/``float``, ``dropout`` with ``p=0`` or in
+eval mode, and ``contiguous`` of a contiguous tensor return *the same tensor object*: a later
+write to either name is a write to both, a read of either sees it, and after a write that carries
+a gradient both names carry its history.  Thunder traces them as a new proxy made by
+``prims.shallow_copy``, which the alias analysis sees as a second name for the same storage.
+Every later step then has to prove that a read of the second name after a write to the first is
+the same read; where it cannot, it refuses or barriers (a read "through a view" after a write),
+and autodiff treats the second name as a tensor of its own, whose history the write never reaches
+(``t0 = rm.to(torch.float32); rm.copy_(a.sum(0)); return t0``: eager's ``t0`` is ``rm`` with
+``copy_``'s history, plain Thunder's has none).
+
+:func:`fold_identity_ops` makes the trace say what eager does: every use of such an op's output
+reads its input, and the op goes.
+
+Before (``rm`` a buffer, ``a`` requires grad)::
+
+    t0 = ltorch.to(rm, None, None, device=None, dtype=float32, ...)   # t0 is rm in eager
+    t2 = ltorch.sum(a, 0, False, dtype=None)
+    t3 = ltorch.copy_(rm, t2, grad_enabled=True)
+    return (t0,)
+
+After::
+
+    t2 = ltorch.sum(a, 0, False, dtype=None)
+    t3 = ltorch.copy_(rm, t2, grad_enabled=True)
+    return (rm,)
+
+The return now hands back the written input, which the functional-input pass answers with the
+value written (its history included), as it does for ``return rm``.
+
+Invariant: an op is folded only when Thunder itself says its output aliases its only tensor
+argument whole (the alias analysis' ``aliases``), with the same shape and dtype, and every
+indivisible subsymbol is a ``shallow_copy``: the op computes nothing, so no value is lost.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from thunder.core.prims import PrimIDs
+from thunder.core.proxies import variableify
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
+
+from thunder_ext.op_kinds import effect_of, origin_ids, tensor_args, tensor_outs
+
+
+def is_identity(bsym: BoundSymbol, effect=None) -> bool:
+    """``bsym`` hands back its first tensor argument unchanged: a composite whose every leaf is
+    ``shallow_copy``, with that argument's shape and dtype.  Called again on a new value, it gives
+    that value."""
+    # Cheapest tests first: this runs on every bsym of the trace.
+    if not bsym.subsymbols:
+        return False
+    args, outs = tensor_args(bsym), tensor_outs(bsym)
+    if not args or len(outs) != 1 or tuple(outs[0].shape) != tuple(args[0].shape) or outs[0].dtype != args[0].dtype:
+        return False
+    if not all(PrimIDs.SHALLOW_COPY in origin_ids(leaf) for leaf in prims_of(bsym)):
+        return False
+    effect = effect_of(bsym) if effect is None else effect
+    return not effect.writes and [(o.name, a.name) for o, a in effect.aliases] == [(outs[0].name, args[0].name)]
+
+
+def prims_of(bsym: BoundSymbol):
+    """The indivisible subsymbols of a composite, however deeply nested (``type_as`` -> ``to`` -> prims)."""
+    for sub in bsym.subsymbols:
+        if sub.subsymbols:
+            yield from prims_of(sub)
+        else:
+            yield sub
+
+
+@dataclass
+class IdentityFoldReport:
+    folded: list[str] = field(default_factory=list)  # "t0 = to(rm)": each op folded, in trace order
+
+    def __bool__(self) -> bool:
+        return bool(self.folded)
+
+
+def fold_identity_ops(trace: TraceCtx) -> tuple[TraceCtx, IdentityFoldReport]:
+    """``trace`` with every identity op (:func:`is_identity`) removed and its output's uses reading
+    its input; ``trace`` itself when there is none.  The input trace is never mutated."""
+    start = time.perf_counter()
+    report = IdentityFoldReport()
+    swap: dict = {}
+    out: list[BoundSymbol] = []
+    for bsym in trace.bound_symbols:
+        if swap:
+            bsym = bsym.from_bsym_swap_proxies(swap, skip_output=True)
+        if is_identity(bsym):
+            (o,), a = tensor_outs(bsym), tensor_args(bsym)[0]
+            swap[variableify(o)] = a
+            report.folded.append(f"{o.name} = {bsym.sym.name}({a.name})")
+            continue
+        out.append(bsym)
+    if not report:
+        return trace, report
+    new = from_trace(trace)
+    new.bound_symbols = out
+    new.set_provenance(
+        TraceProvenance(
+            f"thunder_ext fold identity ops ({len(report.folded)} folded, took {(time.perf_counter() - start) * 1e3:.1f} ms)"
+        )
+    )
+    return new, report
