@@ -140,6 +140,26 @@ def identity_of_input_read_after_writes(a, b):
     return t2, t1
 
 
+def identity_made_under_no_grad(x, w):
+    with torch.no_grad():
+        v = x.to(torch.float32)  # x itself in eager, so it requires grad (plain Thunder: no gradient for x)
+    return v * w
+
+
+def identity_written_under_no_grad(x, w):
+    h = x * 1
+    with torch.no_grad():
+        v = h.to(torch.float32)  # h itself: the write below, with grad, is h's (plain Thunder: wrong gradient)
+    v.mul_(w)
+    return h
+
+
+def view_made_under_no_grad(x, w):
+    with torch.no_grad():
+        v = x.reshape(4, 3)  # a new tensor in eager, not x: it does not require grad, so is not folded
+    return v * w
+
+
 # program -> which inputs require grad; the shape of every input is (4, 3), except rm's (3,)
 INPUT_SHAPES = {
     subtract_own_identity: (),
@@ -148,6 +168,9 @@ INPUT_SHAPES = {
     view_and_identity_of_input_written_with_grad: ("a",),
     write_through_eval_dropout_of_input: (),
     identity_of_input_read_after_writes: (),
+    identity_made_under_no_grad: ("x", "w"),
+    identity_written_under_no_grad: ("x", "w"),
+    view_made_under_no_grad: ("x", "w"),
 }
 # Written with a value that carries a gradient: ThunderFX refuses these (docs/limits.md)
 GRADIENT_INTO_INPUT = {return_identity_of_written_buffer, view_and_identity_of_input_written_with_grad}

@@ -53,7 +53,7 @@ Invariants this pass relies on:
 * every alias edge of a rewritten group is such a write, a *pure selection view* (its output
   elements are elements of its only tensor argument, same dtype; see :data:`_NOT_REPLAYABLE`),
   an *identity op* (a composite of ``shallow_copy`` only: no-op ``to``/``type_as``, ``dropout``
-  with ``p=0``; :func:`thunder_ext.identity_ops.is_identity`), or any alias made after the group's last write (read as
+  with ``p=0``; ``thunder_ext.identity_ops.shallow_copy_of_input``), or any alias made after the group's last write (read as
   the value it has then, never replayed, so a ``contiguous`` or ``reshape`` that may copy is
   fine there); and the group has exactly one member not made by an alias edge: its base.
   Anything else (a ``reshape`` that may copy followed by a write, ``detach`` before a write, a
@@ -91,7 +91,7 @@ from thunder.core.trace import TraceCtx, from_trace
 from thunder.extend import Executor
 
 from thunder_ext.alias_analysis import storage_groups
-from thunder_ext.identity_ops import is_identity
+from thunder_ext.identity_ops import shallow_copy_of_input
 from thunder_ext.meta_calls import saves_input
 from thunder_ext.overlap import find_overlaps, is_plain_copy
 from thunder_ext.recording import at_source_of, call_again, record, record_again
@@ -201,7 +201,7 @@ def _write_form(bsym: BoundSymbol) -> _Write | None:
 def _view_form(bsym: BoundSymbol, effect) -> str | None:
     """'rw' for a pure selection view or an identity op, 'r' for a view that repeats elements, None otherwise."""
     if not effect.is_view:
-        return "rw" if is_identity(bsym, effect) else None
+        return "rw" if shallow_copy_of_input(bsym, effect) else None
     args = tensor_args(bsym)
     ids = origin_ids(bsym)
     if len(args) != 1 or ids & _NOT_REPLAYABLE:

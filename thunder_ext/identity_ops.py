@@ -30,9 +30,10 @@ After::
 The return now hands back the written input, which the functional-input pass answers with the
 value written (its history included), as it does for ``return rm``.
 
-Invariant: an op is folded only when Thunder itself says its output aliases its only tensor
-argument whole (the alias analysis' ``aliases``), with the same shape and dtype, and every
-indivisible subsymbol is a ``shallow_copy``: the op computes nothing, so no value is lost.
+Invariant: an op is folded only when eager returns its input object when it has nothing to do
+(the table :data:`RETURNS_ITS_INPUT`), Thunder says its output aliases its first tensor argument
+(the alias analysis' ``aliases``), with the same shape and dtype, and every indivisible subsymbol
+is a ``shallow_copy``: the op computes nothing, so no value is lost.
 """
 
 from __future__ import annotations
@@ -48,9 +49,25 @@ from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 from thunder_ext.op_kinds import effect_of, origin_ids, tensor_args, tensor_outs
 
 
+# The symbols whose eager op returns its input object itself when it has nothing to do.  Not the
+# views that Thunder also traces as a bare ``shallow_copy`` when their shape does not change
+# (``reshape``, ``view``, ``x[:]``): eager returns a new tensor there, which, made under no-grad,
+# does not require grad where its base does.
+RETURNS_ITS_INPUT = frozenset({
+    "to", "torch_type", "type_as", "float", "double", "half", "bfloat16", "contiguous",
+    "dropout", "flatten", "atleast_1d", "atleast_2d", "atleast_3d", "real",
+})  # fmt: skip
+
+
 def is_identity(bsym: BoundSymbol, effect=None) -> bool:
-    """``bsym`` hands back its first tensor argument unchanged: a composite whose every leaf is
-    ``shallow_copy``, with that argument's shape and dtype.  Called again on a new value, it gives
+    """``bsym`` hands back its first tensor argument itself: one of :data:`RETURNS_ITS_INPUT`,
+    here a :func:`shallow_copy_of_input`."""
+    return bsym.sym.name in RETURNS_ITS_INPUT and shallow_copy_of_input(bsym, effect)
+
+
+def shallow_copy_of_input(bsym: BoundSymbol, effect=None) -> bool:
+    """``bsym`` is a composite whose every leaf is ``shallow_copy``, its output aliasing its first
+    tensor argument with that argument's shape and dtype: called again on a new value, it gives
     that value."""
     # Cheapest tests first: this runs on every bsym of the trace.
     if not bsym.subsymbols:
