@@ -160,6 +160,27 @@ def view_made_under_no_grad(x, w):
     return v * w
 
 
+def identity_returned_beside_its_input(a):
+    t0 = a.sum(1)
+    t1 = t0.type_as(t0)  # t1 is t0: two outputs, one tensor, each with its own cotangent (soak seed 68000)
+    t0[0] = 2.0
+    return t0, t1
+
+
+def identity_returned_from_no_grad(x, w):
+    h = x * w
+    with torch.no_grad():
+        v = h.to(torch.float32)  # h itself, which has history
+    h.mul_(2)
+    return v
+
+
+def identity_of_written_input_returned_beside_it(a, b):
+    t0 = b.to(torch.float32)
+    b.sub_(a)
+    return b, t0  # one tensor in eager, two outputs
+
+
 # program -> which inputs require grad; the shape of every input is (4, 3), except rm's (3,)
 INPUT_SHAPES = {
     subtract_own_identity: (),
@@ -171,9 +192,14 @@ INPUT_SHAPES = {
     identity_made_under_no_grad: ("x", "w"),
     identity_written_under_no_grad: ("x", "w"),
     view_made_under_no_grad: ("x", "w"),
+    identity_returned_beside_its_input: ("a",),
+    identity_returned_from_no_grad: ("x", "w"),
+    identity_of_written_input_returned_beside_it: ("a",),
 }
 # Written with a value that carries a gradient: ThunderFX refuses these (docs/limits.md)
-GRADIENT_INTO_INPUT = {return_identity_of_written_buffer, view_and_identity_of_input_written_with_grad}
+GRADIENT_INTO_INPUT = {
+    return_identity_of_written_buffer, view_and_identity_of_input_written_with_grad, identity_of_written_input_returned_beside_it,
+}
 
 
 def _build_inputs(fn, grad: bool):

@@ -27,8 +27,8 @@ After::
     t3 = ltorch.copy_(rm, t2, grad_enabled=True)
     return (rm,)
 
-The return now hands back the written input, which the functional-input pass answers with the
-value written (its history included), as it does for ``return rm``.
+The functional-input pass then returns the value written, with its history, as it does for
+``return rm``.
 
 Invariant: an op is folded only when eager returns its input object when it has nothing to do
 (the table :data:`RETURNS_ITS_INPUT`), Thunder says its output aliases its first tensor argument
@@ -42,11 +42,14 @@ import time
 from dataclasses import dataclass, field
 
 from thunder.core.prims import PrimIDs
-from thunder.core.proxies import variableify
+from thunder.core.proxies import TensorProxy, variableify
+from thunder.core import prims
+from thunder.core.pytree import tree_flatten, tree_map
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 
-from thunder_ext.op_kinds import effect_of, origin_ids, tensor_args, tensor_outs
+from thunder_ext.op_kinds import effect_of, is_return, origin_ids, tensor_args, tensor_outs
+from thunder_ext.recording import at_source_of, record
 
 
 # The symbols whose eager op returns its input object itself when it has nothing to do.  Not the
@@ -100,9 +103,12 @@ class IdentityFoldReport:
 
 def fold_identity_ops(trace: TraceCtx) -> tuple[TraceCtx, IdentityFoldReport]:
     """``trace`` with every identity op (:func:`is_identity`) removed and its output's uses reading
-    its input; ``trace`` itself when there is none.  The input trace is never mutated."""
+    its input; ``trace`` itself when there is none.  The input trace is never mutated.  Two
+    outputs may then be one proxy, as they are one tensor in eager: see
+    :func:`separate_repeated_outputs`."""
     start = time.perf_counter()
     report = IdentityFoldReport()
+    new = from_trace(trace)
     swap: dict = {}
     out: list[BoundSymbol] = []
     for bsym in trace.bound_symbols:
@@ -116,7 +122,6 @@ def fold_identity_ops(trace: TraceCtx) -> tuple[TraceCtx, IdentityFoldReport]:
         out.append(bsym)
     if not report:
         return trace, report
-    new = from_trace(trace)
     new.bound_symbols = out
     new.set_provenance(
         TraceProvenance(
@@ -124,3 +129,66 @@ def fold_identity_ops(trace: TraceCtx) -> tuple[TraceCtx, IdentityFoldReport]:
         )
     )
     return new, report
+
+
+def separate_repeated_outputs(trace: TraceCtx, differentiable: frozenset[str]) -> tuple[TraceCtx, list[str]]:
+    """``trace`` with each output the return hands back more than once, and that gradients flow
+    through, handed back again as a ``shallow_copy`` of it after its first place; ``trace`` itself
+    when there is none.
+
+    Folded identity ops can make two outputs one proxy (``t1 = t0.type_as(t0)``, then ``return
+    t0, t1``: one tensor in eager).  Thunder's autodiff gives a repeated output one cotangent, so
+    the second output's gradient would be lost; a ``shallow_copy`` is the same values under another
+    name, whose gradient is the identity.
+
+    Before::
+
+        return {'output': (t8, t8), 'flat_args': [a]}
+
+    After::
+
+        t9 = prims.shallow_copy(t8)
+        return {'output': (t8, t9), 'flat_args': [a]}
+    """
+    ret = trace.bound_symbols[-1] if trace.bound_symbols else None
+    if ret is None or not is_return(ret) or not differentiable:
+        return trace, []
+    outputs = _outputs(ret)
+    seen: set[str] = set()
+    repeated: list[TensorProxy] = []
+    for p in outputs:
+        if p.name in seen and p.name in differentiable:
+            repeated.append(p)
+        seen.add(p.name)
+    if not repeated:
+        return trace, []
+    new = from_trace(trace)
+    made, copies = record(new, lambda: [prims.shallow_copy(p) for p in repeated])
+    pending = {p.name: [] for p in repeated}
+    for p, c in zip(repeated, copies):
+        pending[p.name].append(c)
+    first: set[str] = set()
+
+    def again(x):
+        if isinstance(x, TensorProxy) and x.name in pending:
+            if x.name in first:
+                return pending[x.name].pop(0)
+            first.add(x.name)
+        return x
+
+    first_arg = ret.args[0]
+    if isinstance(first_arg, dict) and "output" in first_arg:
+        args = ({**first_arg, "output": tree_map(again, first_arg["output"])}, *ret.args[1:])
+    else:
+        args = tree_map(again, ret.args)
+    new.bound_symbols = [*trace.bound_symbols[:-1], *at_source_of(made, ret), ret.from_bsym(args=args)]
+    new.set_provenance(TraceProvenance(f"thunder_ext repeated outputs ({len(repeated)} handed back as a shallow_copy)"))
+    return new, [p.name for p in repeated]
+
+
+def _outputs(ret: BoundSymbol) -> list[TensorProxy]:
+    """The tensors the return hands to the caller: its ``output`` entry where it has one (not the
+    ``flat_args`` Thunder lists beside it)."""
+    first = ret.args[0] if ret.args else None
+    tree = first["output"] if isinstance(first, dict) and "output" in first else (ret.args, ret.kwargs)
+    return [p for p in tree_flatten(tree)[0] if isinstance(p, TensorProxy)]

@@ -34,7 +34,7 @@ from thunder_ext.alias_analysis import input_names
 from thunder_ext.barriers import barrier_pass
 from thunder_ext.errors import InplaceOrderingError
 from thunder_ext.final_barriers import BarrierRemovalReport, count_barriers, remove_final_barriers
-from thunder_ext.identity_ops import fold_identity_ops
+from thunder_ext.identity_ops import fold_identity_ops, separate_repeated_outputs
 from thunder_ext.index_order import split_overlapping_index_writes
 from thunder_ext.input_aliases import aliased_inputs, guard_substituted_aliases
 from thunder_ext.integration import install_barrier_stage, reports_for
@@ -86,6 +86,7 @@ class InplaceBarrierTransform(thunder.Transform):
             overlaps = refuse_overlapping_sources(computation_trace, inductor=config.inductor, stripped=stripped)
             overlaps.split = split
             new, report = barrier_pass(computation_trace, config)
+            new, report.repeated_outputs = separate_repeated_outputs(new, frozenset(differentiable_names(new)))
             if config.differentiable:
                 refuse_unsupported_gradients(
                     computation_trace, new, report, set(config.differentiable),
