@@ -86,7 +86,8 @@ class InplaceBarrierTransform(thunder.Transform):
             overlaps = refuse_overlapping_sources(computation_trace, inductor=config.inductor, stripped=stripped)
             overlaps.split = split
             new, report = barrier_pass(computation_trace, config)
-            new, report.repeated_outputs = separate_repeated_outputs(new, frozenset(differentiable_names(new)))
+            if identities.folded and config.differentiable:  # only folding repeats an output
+                new, report.repeated_outputs = separate_repeated_outputs(new, frozenset(differentiable_names(new)))
             if config.differentiable:
                 refuse_unsupported_gradients(
                     computation_trace, new, report, set(config.differentiable),
