@@ -41,9 +41,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from thunder.core.prims import PrimIDs
-from thunder.core.proxies import TensorProxy, variableify
 from thunder.core import prims
+from thunder.core.proxies import TensorProxy, variableify
 from thunder.core.pytree import tree_flatten, tree_map
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
@@ -78,7 +77,7 @@ def shallow_copy_of_input(bsym: BoundSymbol, effect=None) -> bool:
     args, outs = tensor_args(bsym), tensor_outs(bsym)
     if not args or len(outs) != 1 or tuple(outs[0].shape) != tuple(args[0].shape) or outs[0].dtype != args[0].dtype:
         return False
-    if not all(PrimIDs.SHALLOW_COPY in origin_ids(leaf) for leaf in prims_of(bsym)):
+    if not all(prims.PrimIDs.SHALLOW_COPY in origin_ids(leaf) for leaf in prims_of(bsym)):
         return False
     effect = effect_of(bsym) if effect is None else effect
     return not effect.writes and [(o.name, a.name) for o, a in effect.aliases] == [(outs[0].name, args[0].name)]
@@ -108,7 +107,6 @@ def fold_identity_ops(trace: TraceCtx) -> tuple[TraceCtx, IdentityFoldReport]:
     :func:`separate_repeated_outputs`."""
     start = time.perf_counter()
     report = IdentityFoldReport()
-    new = from_trace(trace)
     swap: dict = {}
     out: list[BoundSymbol] = []
     for bsym in trace.bound_symbols:
@@ -122,6 +120,7 @@ def fold_identity_ops(trace: TraceCtx) -> tuple[TraceCtx, IdentityFoldReport]:
         out.append(bsym)
     if not report:
         return trace, report
+    new = from_trace(trace)
     new.bound_symbols = out
     new.set_provenance(
         TraceProvenance(
