@@ -181,8 +181,8 @@ def identity_of_written_input_returned_beside_it(a, b):
     return b, t0  # one tensor in eager, two outputs
 
 
-# program -> which inputs require grad; the shape of every input is (4, 3), except rm's (3,)
-INPUT_SHAPES = {
+# program -> the inputs that require grad (in the grad run); every input is (4, 3), except rm (3,)
+GRAD_INPUTS = {
     subtract_own_identity: (),
     identity_read_after_private_write: ("a",),
     return_identity_of_written_buffer: ("a",),
@@ -208,19 +208,19 @@ def _build_inputs(fn, grad: bool):
         names = fn.__code__.co_varnames[: fn.__code__.co_argcount]
         args = [torch.randn(3 if n == "rm" else (4, 3), generator=g) for n in names]
         for n, t in zip(names, args):
-            t.requires_grad_(grad and n in INPUT_SHAPES[fn])
+            t.requires_grad_(grad and n in GRAD_INPUTS[fn])
         return fn, tuple(args), {}
 
     return build
 
 
 @pytest.mark.parametrize("config", MATRIX, ids=config_id)
-@pytest.mark.parametrize("fn", list(INPUT_SHAPES), ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", list(GRAD_INPUTS), ids=lambda f: f.__name__)
 def test_identity_op_is_its_input(fn, config: Config):
     from thunder_ext import ViewGradientError
     from thunder_ext.testing.compare import error_in_chain
 
-    for grad in (False, True) if INPUT_SHAPES[fn] else (False,):
+    for grad in (False, True) if GRAD_INPUTS[fn] else (False,):
         verdict = differential(_build_inputs(fn, grad), config)
         if grad and fn in GRADIENT_INTO_INPUT and config.entry == "thunderfx":
             assert verdict.status == "refused" and error_in_chain(verdict.outcome.error, ViewGradientError), verdict.detail
