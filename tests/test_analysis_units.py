@@ -491,7 +491,50 @@ SAVES_CASES = [
     ("batch_norm", lambda a, rm, rv, w, b: _F.batch_norm(a, rm, rv, w, b, training=True), (_x, _v, _v, _v, _v)),
     ("einsum", lambda a, b: torch.einsum("ij,kj->ik", a, b), (_x, _x)),  # eager saves reshaped copies
     ("matmul", lambda a, b: a @ b, (_x, lambda: torch.randn(3, 4))),
+    # Thunder registers `Tensor.double` automatically; its id (`Tensor.double`) names no module
+    ("double", lambda a: a.double() * 2, (_x,)),
 ]
+
+
+_i = lambda: torch.arange(12, dtype=torch.int32).reshape(4, 3)  # noqa: E731
+_x4 = lambda: torch.randn(2, 3, 4, 2)  # noqa: E731
+# Eager answers some calls with the input object itself, others with a new tensor: both kinds
+# of each op, all automatically registered by Thunder except `to` and `contiguous`.
+RETURNS_INPUT_CASES = [
+    ("positive", lambda a: torch.positive(a), (_x,)),
+    ("conj", lambda a: a.conj(), (_x,)),
+    ("resolve_neg", lambda a: a.resolve_neg(), (_x,)),
+    ("conj_physical", lambda a: torch.conj_physical(a), (_x,)),
+    ("alpha_dropout", lambda a: torch.nn.functional.alpha_dropout(a, 0.0, True), (_x,)),
+    ("alpha_dropout", lambda a: torch.nn.functional.alpha_dropout(a, 0.5, True), (_x,)),
+    ("feature_alpha_dropout", lambda a: torch.nn.functional.feature_alpha_dropout(a, 0.5, False), (_x4,)),
+    ("dropout2d", lambda a: torch.nn.functional.dropout2d(a, 0.5, False), (_x4,)),
+    ("sum_to_size", lambda a: a.sum_to_size(4, 3), (_x,)),
+    ("sum_to_size", lambda a: a.sum_to_size(1, 3), (_x,)),
+    ("int", lambda a: a.int(), (_i,)),
+    ("int", lambda a: a.int(), (_x,)),
+    ("double", lambda a: a.double(), (_x,)),
+    ("double", lambda a: a.double(), (lambda: torch.randn(4, 3, dtype=torch.float64),)),
+    ("cpu", lambda a: a.cpu(), (_x,)),
+    ("to", lambda a: a.to(torch.float32), (_x,)),
+    ("to", lambda a: a.to(torch.float64), (_x,)),
+    ("contiguous", lambda a: a.contiguous(), (_x,)),
+]
+
+
+@pytest.mark.parametrize("name,fn,makers", RETURNS_INPUT_CASES, ids=[f"{c[0]}-{k}" for k, c in enumerate(RETURNS_INPUT_CASES)])
+def test_identity_ops_are_those_eager_answers_with_their_input(name, fn, makers):
+    """``is_identity`` against eager itself: an op is folded into its input exactly where eager,
+    on real tensors, returns the input object (``contiguous`` excepted: eager's answer depends on
+    strides, which Thunder does not trace, so it is never folded)."""
+    from thunder_ext.identity_ops import is_identity
+
+    args = [m() for m in makers]
+    jf = thunder.jit(fn)
+    jf(*args)
+    (bsym,) = [b for b in thunder.last_traces(jf)[0].bound_symbols if b.sym.name == name]
+    eager = fn(*args) is args[0]
+    assert is_identity(bsym) == (eager and name != "contiguous"), f"{name}: eager returns its input: {eager}"
 
 
 @pytest.mark.parametrize("name,fn,makers", SAVES_CASES, ids=[c[0] for c in SAVES_CASES])

@@ -181,6 +181,35 @@ def identity_of_written_input_returned_beside_it(a, b):
     return b, t0  # one tensor in eager, two outputs
 
 
+# Ops Thunder registers automatically (it has no symbol of its own for them) are opaque to it,
+# and their outputs new tensors; eager hands back the input object: ``torch.positive``,
+# ``t.cpu()`` on the CPU, ``F.alpha_dropout`` with ``p=0``.  Plain Thunder is wrong on the first,
+# and the transform was wrong on both (the second where plain Thunder is right).
+
+
+def positive_after_private_write(x, w):
+    h = x * w
+    h.sin_()
+    return torch.positive(h) + x  # h itself: its backward needs h after sin_
+
+
+def write_through_positive_of_private(x, w):
+    h = x * w
+    h2 = torch.positive(h)
+    h2[0].mul_(2)  # writes h's first row
+    return h.sin() + h2
+
+
+def auto_registered_identities_of_input_read_after_writes(a, b):
+    a.cos_()
+    t0 = F.alpha_dropout(b, 0.0, True)  # b itself
+    t1 = t0 @ a.t()
+    b.sub_(a)
+    t2 = t0.cpu()  # b after sub_
+    a[1:] = 0.5
+    return t2, t1
+
+
 # program -> the inputs that require grad (in the grad run); every input is (4, 3), except rm (3,)
 GRAD_INPUTS = {
     subtract_own_identity: (),
@@ -195,10 +224,16 @@ GRAD_INPUTS = {
     identity_returned_beside_its_input: ("a",),
     identity_returned_from_no_grad: ("x", "w"),
     identity_of_written_input_returned_beside_it: ("a",),
+    positive_after_private_write: ("x", "w"),
+    write_through_positive_of_private: ("x", "w"),
+    auto_registered_identities_of_input_read_after_writes: (),
 }
 # Written with a value that carries a gradient: ThunderFX refuses these (docs/limits.md)
 GRADIENT_INTO_INPUT = {
     return_identity_of_written_buffer, view_and_identity_of_input_written_with_grad, identity_of_written_input_returned_beside_it,
+    # ThunderFX leaves the op Thunder has no symbol of to Inductor: `h` and `h2` reach the next
+    # Thunder region as two inputs, one tensor, written with a gradient
+    write_through_positive_of_private,
 }
 
 

@@ -44,9 +44,10 @@ from dataclasses import dataclass, field
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy, variableify
 from thunder.core.pytree import tree_flatten, tree_map
-from thunder.core.symbol import BoundSymbol
+from thunder.core.symbol import BoundSymbol, has_tags
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 
+from thunder_ext.meta_calls import returns_its_input
 from thunder_ext.op_kinds import effect_of, is_return, origin_ids, tensor_args, tensor_outs
 from thunder_ext.recording import at_source_of, record
 
@@ -63,8 +64,28 @@ RETURNS_ITS_INPUT = frozenset({
 
 def is_identity(bsym: BoundSymbol, effect=None) -> bool:
     """``bsym`` hands back its first tensor argument itself: one of :data:`RETURNS_ITS_INPUT`,
-    here a :func:`shallow_copy_of_input`."""
-    return bsym.sym.name in RETURNS_ITS_INPUT and shallow_copy_of_input(bsym, effect)
+    here a :func:`shallow_copy_of_input`; or a symbol Thunder registered automatically for a
+    PyTorch op it has none of, which eager, called with these arguments, answers with its input
+    object (:func:`thunder_ext.meta_calls.returns_its_input`)."""
+    if bsym.sym.name in RETURNS_ITS_INPUT and shallow_copy_of_input(bsym, effect):
+        return True
+    return _auto_registered_identity(bsym)
+
+
+def _auto_registered_identity(bsym: BoundSymbol) -> bool:
+    # Thunder takes such an op's output for a new tensor (only the views it lists are aliases),
+    # but at run time the PyTorch op hands back its input object: ``torch.positive``, ``t.cpu()``
+    # on the CPU, ``t.int()`` of an int32 tensor, ``F.alpha_dropout`` with ``p=0``.  A write to
+    # either name is then a write to both, which no later step would see.
+    if not has_tags(bsym, {prims.OpTags.AUTO_REGISTERED}) or bsym.subsymbols:
+        return False
+    args, outs = tensor_args(bsym), tensor_outs(bsym)
+    if not args or len(outs) != 1:
+        return False
+    a, o = args[0], outs[0]
+    if tuple(o.shape) != tuple(a.shape) or o.dtype != a.dtype or o.device != a.device:
+        return False
+    return returns_its_input(bsym)
 
 
 def shallow_copy_of_input(bsym: BoundSymbol, effect=None) -> bool:

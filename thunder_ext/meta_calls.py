@@ -32,7 +32,14 @@ _MEMO_MAX = 4096
 def torch_function(bsym: BoundSymbol) -> Callable | None:
     """The PyTorch callable ``bsym`` stands for: an executor's symbol (``torch.add`` in a final
     trace) by its module and name; a Thunder ``torch`` symbol (``ltorch.add``) by its id, which
-    is the PyTorch callable's qualified name (``torch.add``, ``torch.nn.functional.relu``)."""
+    is the PyTorch callable's qualified name (``torch.add``, ``torch.nn.functional.relu``); a
+    symbol Thunder registered automatically for a PyTorch op it has none of (``Tensor.cpu``,
+    ``torch.positive``) by the callable it wraps."""
+    # Thunder keeps the wrapped callable on the auto-registered symbol's meta; its id names
+    # ``torch.Tensor`` by its ``__name__`` alone (``Tensor.cpu``), so the id cannot find it.
+    wrapped = getattr(bsym.sym.meta, "__torchfn", None)
+    if callable(wrapped):
+        return wrapped
     module = getattr(bsym.sym, "module", None)
     if module is not ltorch:
         return getattr(module, bsym.sym.name, None) if module is not None else None
@@ -63,6 +70,10 @@ _EAGER_FORMS: dict[str, Callable] = {
     "torch.reshape": lambda a, *shape: torch.reshape(a, _dims(shape)),  # (a, *shape)
     "torch.permute": lambda a, *dims: torch.permute(a, _dims(dims)),  # (a, *dims)
     "torch.Tensor.to": _eager_to,
+    # A device move cannot run on meta.  Called on a tensor already on that device it is that
+    # tensor, and its backward saves nothing; a caller that asks whether it *returns* its input
+    # compares the devices itself (:func:`returns_its_input`).
+    "Tensor.cpu": lambda a, memory_format=torch.preserve_format: a,
     # Thunder's dim=None (the last dimension, or the whole tensor); eager's keyword-only `stable`
     "torch.topk": lambda a, k, dim=None, largest=True, sorted=True: torch.topk(a, k, -1 if dim is None else dim, largest, sorted),
     "torch.sort": lambda a, dim=None, descending=False, stable=False: torch.sort(
@@ -99,7 +110,8 @@ def _no_form():
 
 def eager_form(bsym: BoundSymbol) -> Callable | None:
     """The eager callable to call with ``bsym``'s own arguments: :data:`_EAGER_FORMS` where
-    Thunder's signature differs from PyTorch's, else :func:`torch_function`."""
+    Thunder's signature differs from PyTorch's (or eager cannot run the op on meta), else
+    :func:`torch_function`."""
     if getattr(bsym.sym, "module", None) is ltorch and bsym.sym.id in _EAGER_FORMS:
         return _EAGER_FORMS[bsym.sym.id]
     return torch_function(bsym)
@@ -218,3 +230,28 @@ def position(bsym: BoundSymbol, p: TensorProxy) -> int:
     """Where ``p`` first is among ``bsym``'s argument leaves (-1: not there)."""
     leaves = tree_flatten((bsym.args, bsym.kwargs))[0]
     return next((k for k, x in enumerate(leaves) if isinstance(x, TensorProxy) and x.name == p.name), -1)
+
+
+# -- whether eager hands back its input itself -------------------------------------------------
+
+_RETURNS_INPUT: dict[tuple, bool] = {}
+
+
+def _probe_returns_input(bsym: BoundSymbol) -> bool:
+    fn = eager_form(bsym)
+    first = next((x for x in tree_flatten((bsym.args, bsym.kwargs))[0] if isinstance(x, TensorProxy)), None)
+    if fn is None or first is None:
+        return False
+    try:
+        metas, result = call_on_meta(bsym, fn)
+    except Exception:  # eager cannot run it on meta: assume a tensor of its own
+        return False
+    return result is metas[first.name]
+
+
+def returns_its_input(bsym: BoundSymbol) -> bool:
+    """Whether eager, called with ``bsym``'s arguments, returns its first tensor argument itself,
+    the same object: ``torch.positive(t)``, ``t.int()`` of an int32 tensor, ``F.alpha_dropout``
+    with ``p=0``.  False where the probe cannot tell.  The devices are not compared (every meta
+    tensor is on meta): the caller compares them."""
+    return memoized(_RETURNS_INPUT, call_signature(bsym), lambda: _probe_returns_input(bsym))
