@@ -812,6 +812,34 @@ def test_read_input_then_setitem_is_wrong_in_plain_thunder():
     assert verdict.status == "wrong", verdict.detail
 
 
+def matmul_of_input_then_input_written_with_its_operand(a, b):
+    a.cos_()
+    t0 = b.contiguous()  # may be b or a copy of it: b's write stays in place
+    t1 = t0 @ a.t()  # an extern kernel reading b and the new a
+    b.sub_(a)  # a whole write into b that uses the kernel's other operand
+    t2 = t0.contiguous()
+    a[1:] = 0.5  # a's value used again
+    return t2, t1
+
+
+def test_matmul_of_input_then_input_written_with_its_operand_torch_compile():
+    """torch_compile_ex, no grad: in one region Inductor returned a wrong ``t1`` (plain Thunder too,
+    and plain ``torch.compile`` on ``t0 = x * 2; t1 = w @ t0.t(); w.sub_(t0); t2 = torch.where(m,
+    0.5, t0)``, torch 2.11).  Found checking identity ops: the transform was right only where it
+    folded the op before ``@``.  Such a write now starts a new region (the fifth family of
+    ``InductorRegions.split_for_torch_compile``)."""
+    assert_matches_eager(matmul_of_input_then_input_written_with_its_operand, lambda g: (_x(False), _x(False)),
+                         grad_modes=(False,), configs=TORCH_COMPILE)
+
+
+@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
+def test_matmul_of_input_then_input_written_is_wrong_in_plain_thunder(fusion_type):
+    """The finding is real: plain Thunder's torch_compile_ex returns a wrong ``t1`` on it."""
+    plain = Config(transform=False, fusion_type=fusion_type, executors="torch_compile", check=False)
+    verdict = differential(lambda: (matmul_of_input_then_input_written_with_its_operand, (_x(False), _x(False)), {}), plain)
+    assert verdict.status == "wrong", verdict.detail
+
+
 def copy_input_into_input_then_add_back(a, rm, rv):
     rv.mul_(rv)
     rv.copy_(rm)  # Inductor aliases rv's new value to rm ...

@@ -56,6 +56,13 @@ from thunder_ext.op_kinds import (
 # The ops functionalize turns a partial write into (a setitem; a scatter through a slice).
 SLICE_WRITES = frozenset({"setitem", "copy_with_setitem", "index_copy"})
 
+# Ops Inductor calls as library kernels (extern kernels) rather than generating code for: the
+# fifth family of ``InductorRegions.split_for_torch_compile``.
+EXTERN_KERNEL_READS = frozenset({
+    "matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "einsum",
+    "conv1d", "conv2d", "conv3d", "convolution", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+})  # fmt: skip
+
 
 class _RegionEnd(NamedTuple):
     """Where a ``torch_compile_ex`` region must end (see ``InductorRegions.split_for_torch_compile``)."""
@@ -67,6 +74,7 @@ class _RegionEnd(NamedTuple):
     # "write_into" (a write into the group).
     trigger: str
     partial: bool = False  # ``who`` writes only part of a tensor (see ``InductorRegions.writes_part``)
+    operands: frozenset = frozenset()  # an extern kernel's other operands, by storage group ("extern_write_into")
 
 
 class InductorRegions(WalkPolicy):
@@ -358,6 +366,16 @@ class InductorRegions(WalkPolicy):
         ``c`` requiring grad: soak seed 38000, where plain Thunder is right), so such a later write, in
         place or a functional partial write, starts a new region.
 
+        The fifth family: an extern kernel (a matmul, :data:`EXTERN_KERNEL_READS`) reads an input
+        and a value, the input is then written whole with that value, and the value is used
+        again: ``t0 = x * 2; t1 = w @ t0.t(); w.sub_(t0); t2 = torch.where(m, 0.5, t0); return
+        t1, t2`` returns a wrong ``t1`` (``t0[1:] = 0.5`` on a clone as the later use too; plain
+        ``torch.compile``, torch 2.11).  It reaches the transform's traces where ``w`` is kept in
+        place because an alias of it that may be a copy (``w.contiguous()``) is read after the
+        write.  A write that does not use the kernel's other operand (``w.add_(1)``), a reduction
+        or an elementwise op as the reader, and a value used by nothing else come out right, so
+        only a write into the input that uses such an operand starts a new region.
+
         Such a region is possible whether barriers are fused or not (with a backward they are
         not): where data edges already order the accesses no barrier stands between them
         (``rv.copy_(rm); rm += rv`` with grad).  So whenever ``torch_compile_ex`` is among the
@@ -384,6 +402,7 @@ class InductorRegions(WalkPolicy):
             | {g for g in write_groups if (g, "write_into") in self.region_ends and self.read_used_after(g, i)
                and self.writes_part_of(g, bsym, effect)}
             | {g for g in self.rewritten_reads(bsym, effect) if (g, "derived_write") in self.region_ends}
+            | {g for g in write_groups if self.writes_an_extern_kernels_operands(g, i, bsym)}
             | aliased
         )
         if not touched:
@@ -544,6 +563,15 @@ class InductorRegions(WalkPolicy):
         that write alone."""
         return any(self.walk.last_use.get(n, -1) > i for n in self.derived_names.get(g, ()))
 
+    def writes_an_extern_kernels_operands(self, g: str, i: int, bsym: BoundSymbol) -> bool:
+        """Whether ``bsym`` writes input ``g`` using a value that an extern kernel (a matmul) read
+        together with ``g`` in this region, and that kernel's result is used after (the fifth
+        family of :meth:`split_for_torch_compile`)."""
+        end = self.region_ends.get((g, "extern_write_into"))
+        if end is None or not self.read_used_after(g, i):
+            return False
+        return bool(end.operands & {self.walk.info.group_of(p) for p in tensor_args(bsym)})
+
     def write_after_write(self, g: str, bsym: BoundSymbol, effect, write_groups: set[str]) -> bool:
         """Whether ``bsym`` is a write that uses ``g`` after a write into an input that used it,
         with one of the two writing only part of a tensor (the second family of
@@ -626,6 +654,14 @@ class InductorRegions(WalkPolicy):
             for g in sorted(read_inputs - write_groups):  # sorted: stable barrier operands
                 ends.setdefault((g, "write_into"), _RegionEnd(bsym, outs[0], "writes an input read by", "write_into"))
                 derived.add(g)
+                if str(bsym.sym.name) in EXTERN_KERNEL_READS:
+                    others = frozenset(self.walk.info.group_of(p) for p in tensor_args(bsym)) - {g}
+                    end = ends.get((g, "extern_write_into"))
+                    operands = others | (end.operands if end else frozenset())
+                    ends[(g, "extern_write_into")] = _RegionEnd(
+                        end.who if end else bsym, end.witness if end else outs[0],
+                        "writes, with an operand of, an input read by", "extern_write_into", operands=operands,
+                    )
         derived -= write_groups
         if derived:
             frozen = frozenset(derived)
