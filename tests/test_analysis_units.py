@@ -499,7 +499,7 @@ SAVES_CASES = [
 _i = lambda: torch.arange(12, dtype=torch.int32).reshape(4, 3)  # noqa: E731
 _x4 = lambda: torch.randn(2, 3, 4, 2)  # noqa: E731
 # Eager answers some calls with the input object itself, others with a new tensor: both kinds
-# of each op, all automatically registered by Thunder except `to` and `contiguous`.
+# of each op, all automatically registered by Thunder except `to`, `long` and `contiguous`.
 RETURNS_INPUT_CASES = [
     ("positive", lambda a: torch.positive(a), (_x,)),
     ("conj", lambda a: a.conj(), (_x,)),
@@ -516,6 +516,8 @@ RETURNS_INPUT_CASES = [
     ("double", lambda a: a.double(), (_x,)),
     ("double", lambda a: a.double(), (lambda: torch.randn(4, 3, dtype=torch.float64),)),
     ("cpu", lambda a: a.cpu(), (_x,)),
+    ("long", lambda a: a.long(), (lambda: torch.arange(12).reshape(4, 3),)),
+    ("long", lambda a: a.long(), (_i,)),
     ("to", lambda a: a.to(torch.float32), (_x,)),
     ("to", lambda a: a.to(torch.float64), (_x,)),
     ("contiguous", lambda a: a.contiguous(), (_x,)),

@@ -1,7 +1,7 @@
 """Ops that hand back their input itself, folded away before any analysis reads the trace.
 
-In eager PyTorch a no-op ``to``/``type``/``type_as``/``float``, ``dropout`` with ``p=0`` or in
-eval mode, and ``contiguous`` of a contiguous tensor return *the same tensor object*: a later
+In eager PyTorch a no-op ``to``/``type``/``type_as``/``float``, and ``dropout`` with ``p=0`` or in
+eval mode return *the same tensor object*: a later
 write to either name is a write to both, a read of either sees it, and after a write that carries
 a gradient both names carry its history.  Thunder traces them as a new proxy made by
 ``prims.shallow_copy``, which the alias analysis sees as a second name for the same storage.
@@ -33,7 +33,11 @@ The functional-input pass then returns the value written, with its history, as i
 Invariant: an op is folded only when eager returns its input object when it has nothing to do
 (the table :data:`RETURNS_ITS_INPUT`), Thunder says its output aliases its first tensor argument
 (the alias analysis' ``aliases``), with the same shape and dtype, and every indivisible subsymbol
-is a ``shallow_copy``: the op computes nothing, so no value is lost.
+is a ``shallow_copy``: the op computes nothing, so no value is lost.  Or the op is one Thunder
+registered automatically (it has no symbol of its own: ``torch.positive``, ``t.cpu()``,
+``F.alpha_dropout``), and eager, called on meta tensors with the same arguments, returns its
+input object, with the same shape, dtype and device: at run time the PyTorch op hands back its
+input, which Thunder, taking the output for a new tensor, never sees.
 """
 
 from __future__ import annotations
@@ -55,9 +59,10 @@ from thunder_ext.recording import at_source_of, record
 # The symbols whose eager op returns its input object itself when it has nothing to do.  Not the
 # views that Thunder also traces as a bare ``shallow_copy`` when their shape does not change
 # (``reshape``, ``view``, ``x[:]``): eager returns a new tensor there, which, made under no-grad,
-# does not require grad where its base does.
+# does not require grad where its base does.  Not ``contiguous`` either: eager's answer depends on
+# the input's strides, which Thunder does not trace (its ``stride_order`` may alias or copy).
 RETURNS_ITS_INPUT = frozenset({
-    "to", "torch_type", "type_as", "float", "double", "half", "bfloat16", "contiguous",
+    "to", "torch_type", "type_as", "float", "double", "half", "bfloat16", "long",
     "dropout", "flatten", "atleast_1d", "atleast_2d", "atleast_3d", "real",
 })  # fmt: skip
 
