@@ -22,7 +22,8 @@ requiring grad), and ``idx = tensor([1, 0])`` when ``index_copy_`` or ``index_ad
   also ``t.narrow(1, 1, 2)``, ``t.transpose(0, 1)``, ``t.select(1, 0)`` and ``t[:, ::2]``;
 * ops that hand back their input itself: ``t.contiguous()`` (of a contiguous ``t``),
   ``t.to(torch.float32)``, ``t.float()``, ``t.type_as(t)``, ``F.dropout`` with ``p=0`` or in
-  eval mode;
+  eval mode, and two that Thunder registers automatically: ``torch.positive(t)`` and
+  ``F.alpha_dropout`` with ``p=0`` or in eval mode;
 * ``t @ s.t()`` (a backward that saves both operands);
 * writes: ``copy_``, ``index_copy_(0, idx, s)``, setitem ``t[0] = s`` / ``t[1:] = c``,
   ``div_ addcmul_ addcdiv_ masked_fill_ zero_ abs_ square_ index_add_``, and ``F.silu`` and
@@ -443,16 +444,19 @@ class _Builder:
         return True
 
     def identity(self) -> bool:
-        """An op that hands back its input itself (a no-op ``to``, ``dropout`` with ``p=0`` or in
-        eval mode, ``contiguous`` of a contiguous tensor): the result aliases the input whole."""
-        form = self.draw(st.sampled_from(("contiguous()", "to(torch.float32)", "float()", "type_as", "dropout")))
+        """An op that hands back its input itself (a no-op ``to``, ``dropout`` or ``alpha_dropout``
+        with ``p=0`` or in eval mode, ``contiguous`` of a contiguous tensor, ``torch.positive``):
+        the result aliases the input whole."""
+        form = self.draw(st.sampled_from(("contiguous()", "to(torch.float32)", "float()", "type_as", "dropout", "positive", "alpha_dropout")))
         v = self.pick((lambda v: v.contiguous) if form == "contiguous()" else (lambda v: True))
         if v is None:
             return False
         if form == "type_as":
             expr = f"{v.name}.type_as({v.name})"
-        elif form == "dropout":
-            expr = f"F.dropout({v.name}, {self.draw(st.sampled_from(('0.0', '0.0, True', '0.5, False')))})"
+        elif form in ("dropout", "alpha_dropout"):
+            expr = f"F.{form}({v.name}, {self.draw(st.sampled_from(('0.0', '0.0, True', '0.5, False')))})"
+        elif form == "positive":
+            expr = f"torch.positive({v.name})"
         else:
             expr = f"{v.name}.{form}"
         self.new(expr, v.shape, 0.0, root=v.root, contiguous=v.contiguous, writable=v.writable)
