@@ -255,3 +255,36 @@ def returns_its_input(bsym: BoundSymbol) -> bool:
     with ``p=0``.  False where the probe cannot tell.  The devices are not compared (every meta
     tensor is on meta): the caller compares them."""
     return memoized(_RETURNS_INPUT, call_signature(bsym), lambda: _probe_returns_input(bsym))
+
+
+# -- which argument's storage each output shares -----------------------------------------------
+
+_SOURCES: dict[tuple, tuple] = {}
+
+
+def _probe_storage_sources(bsym: BoundSymbol) -> tuple:
+    fn = eager_form(bsym)
+    if fn is None:
+        return ()
+    try:
+        metas, result = call_on_meta(bsym, fn)
+    except Exception:  # eager cannot run it on meta: nothing known
+        return ()
+    names = [p.name for p in tree_flatten((bsym.args, bsym.kwargs))[0] if isinstance(p, TensorProxy)]
+    storages = [metas[n].untyped_storage()._cdata for n in dict.fromkeys(names)]
+    out = []
+    for t in torch.utils._pytree.tree_leaves(result):
+        if isinstance(t, torch.Tensor):
+            if t.layout != torch.strided:
+                return ()
+            cdata = t.untyped_storage()._cdata
+            out.append(next((k for k, c in enumerate(storages) if c == cdata), None))
+    return tuple(out)
+
+
+def output_storage_sources(bsym: BoundSymbol) -> tuple:
+    """For each tensor eager's call with ``bsym``'s arguments returns, the position (among the
+    distinct tensor arguments, in order) of the argument whose storage it shares, or None where it
+    has storage of its own: ``(0,)`` for ``t.ravel()`` of a contiguous tensor, ``(None,)`` for
+    ``t.exp()``.  Empty where the probe cannot tell."""
+    return memoized(_SOURCES, call_signature(bsym), lambda: _probe_storage_sources(bsym))

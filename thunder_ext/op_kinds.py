@@ -73,6 +73,15 @@ def _view_ids() -> tuple[frozenset, frozenset]:
 
 
 @functools.cache
+def _auto_registered_ids() -> frozenset:
+    """Ids of the symbols Thunder registered automatically for PyTorch ops it has none of (an
+    executor's symbol for one is found through :func:`origin_ids`)."""
+    return frozenset(
+        s.id for s in ltorch._torch_to_thunder_function_map.values() if prims.OpTags.AUTO_REGISTERED in (getattr(s, "tags", None) or ())
+    )
+
+
+@functools.cache
 def _inplace_ids() -> frozenset:
     return frozenset(s.id for s in ltorch._inplace_to_out_of_place)
 
@@ -160,7 +169,39 @@ def view_kind(bsym: BoundSymbol) -> str | None:
         return "view"
     if ids & maybe:
         return "maybe"
+    if _unlisted_view(bsym):
+        return "view"
     return None
+
+
+def _unlisted_view(bsym: BoundSymbol) -> bool:
+    """An op Thunder registered automatically (it has no symbol of its own), outside Thunder's
+    table of such ops that return views, whose PyTorch op returns a view of its first tensor
+    argument, or that argument itself: ``t.ravel()``, ``torch.linalg.diagonal(t)``,
+    ``torch.positive(t)``.  Thunder takes the output for a new tensor; at run time a write
+    through either name reaches the other."""
+    sources = _unlisted_storage_sources(bsym)
+    return bool(sources) and all(s == 0 for s in sources)
+
+
+def _unlisted_storage_sources(bsym: BoundSymbol) -> tuple:
+    """For an op Thunder registered automatically, which distinct tensor argument each output
+    shares storage with (:func:`thunder_ext.meta_calls.output_storage_sources`); () otherwise."""
+    if bsym.subsymbols or not origin_ids(bsym) & _auto_registered_ids():
+        return ()
+    from thunder_ext.meta_calls import output_storage_sources  # imported late: it imports Thunder's torch language
+
+    return output_storage_sources(bsym)
+
+
+def _unlisted_aliases(bsym: BoundSymbol) -> tuple:
+    """(output, argument) pairs of an automatically registered op whose outputs share storage
+    with arguments other than the first alone (``torch.meshgrid(a, b)``, ``torch.broadcast_tensors``)."""
+    sources = _unlisted_storage_sources(bsym)
+    if not any(s is not None for s in sources):
+        return ()
+    args = list({p.name: p for p in tensor_args(bsym)}.values())
+    return tuple((o, args[s]) for o, s in zip(tensor_outs(bsym), sources) if s is not None)
 
 
 def tensor_args(bsym: BoundSymbol) -> list[TensorProxy]:
@@ -211,6 +252,9 @@ def effect_of(bsym: BoundSymbol) -> Effect:
         return Effect(aliases=tuple((o, args[0]) for o in tensor_outs(bsym)), is_view=kind == "view")
     if bsym.subsymbols:
         return _composite_effect(bsym)
+    unlisted = _unlisted_aliases(bsym)
+    if unlisted:  # an access that leaves aliases the view replay cannot make again
+        return Effect(aliases=unlisted)
     if _tagged_inplace(bsym):
         args = tensor_args(bsym)
         if not args:
