@@ -19,7 +19,9 @@ requiring grad), and ``idx = tensor([1, 0])`` when ``index_copy_`` or ``index_ad
   the expanded ``t.expand(2, *t.shape)`` (read, never written: eager refuses writes to
   overlapping memory), ``t.diagonal()`` (autodiff makes it a gather) and ``t.split(2)[1]``
   (an output of a multi-output view, which eager refuses after a write into its storage);
-  also ``t.narrow(1, 1, 2)``, ``t.transpose(0, 1)``, ``t.select(1, 0)`` and ``t[:, ::2]``;
+  also ``t.narrow(1, 1, 2)``, ``t.transpose(0, 1)``, ``t.select(1, 0)`` and ``t[:, ::2]``; and
+  two views Thunder registers automatically without knowing they are views: ``t.ravel()`` and
+  ``torch.linalg.diagonal(t)``;
 * ops that hand back their input itself: ``t.contiguous()`` (of a contiguous ``t``),
   ``t.to(torch.float32)``, ``t.float()``, ``t.type_as(t)``, ``F.dropout`` with ``p=0`` or in
   eval mode, and two that Thunder registers automatically: ``torch.positive(t)`` and
@@ -312,7 +314,7 @@ class _Builder:
         kinds = (
             "[0]", "[1:]", "[:2]", "[:, 1]", "view(-1)", "view(2, 6)", "reshape(3, 4)", "t()", "unsqueeze(0)",
             "[::2]", "expand", "diagonal()", "split(2)[1]", "narrow(1, 1, 2)", "transpose(0, 1)", "select(1, 0)",
-            "[:, ::2]",
+            "[:, ::2]", "ravel()", "linalg.diagonal",
         )
         kind = self.draw(st.sampled_from(kinds))
         v = self.pick(lambda v: _view_shape(kind, v) is not None)
@@ -323,8 +325,10 @@ class _Builder:
             self.new(f"{v.name}.expand{shape}", shape, 0.0, root=v.root, contiguous=False, writable=False)
             return True
         expr = f"{v.name}{kind}" if kind.startswith("[") else f"{v.name}.{kind}"
-        if kind == "reshape(3, 4)" and not v.contiguous:
-            # reshape copies a non-contiguous tensor, in eager and in Thunder alike
+        if kind == "linalg.diagonal":
+            expr = f"torch.linalg.diagonal({v.name})"
+        if kind in ("reshape(3, 4)", "ravel()") and not v.contiguous:
+            # reshape and ravel copy a non-contiguous tensor, in eager and in Thunder alike
             self.new(expr, shape, self.b(v))
         else:
             self.new(expr, shape, 0.0, root=v.root, contiguous=contiguous)
@@ -563,6 +567,10 @@ def _view_shape(kind: str, v: _Var) -> tuple[tuple[int, ...], bool] | None:
         return ((s[0],), False) if n == 2 else None
     if kind == "[:, ::2]":
         return ((s[0], (s[1] + 1) // 2), False) if n == 2 and s[1] >= 2 else None
+    if kind == "ravel()":
+        return ((math.prod(s),), v.contiguous) if n >= 2 else None
+    if kind == "linalg.diagonal":
+        return ((min(s),), False) if n == 2 else None
     if kind == "split(2)[1]":
         return ((min(2, s[0] - 2), *s[1:]), v.contiguous) if n >= 1 and s[0] >= 3 else None
     raise ValueError(kind)
