@@ -1371,6 +1371,9 @@ KEPT_WRITES_BACKWARD_WITHOUT_OLD = {
     "clamp_": lambda t, w: t.clamp_(min=0),
     "addcmul_": lambda t, w: t.addcmul_(w, w),
     "setitem_": lambda t, w: t.__setitem__(0, w[0]),
+    # soak seed 69000 (masked_fill_, refused where plain Thunder is right)
+    "masked_fill_": lambda t, w: t.masked_fill_(w > 0, 2.0),
+    "index_copy_": lambda t, w: t.index_copy_(0, torch.tensor([2, 0]), w[:2]),
 }
 
 

@@ -116,7 +116,8 @@ def refuse_unsupported_gradients(
 # keeping the storage in place, tests/test_grad_input_writes.py).  ``mul_`` and ``div_`` only by
 # a number: by a tensor, that tensor's gradient reads the old destination.
 BACKWARD_WITHOUT_OLD_VALUE = frozenset(
-    {"add_", "sub_", "neg_", "clamp_", "addcmul_", "addcdiv_", "setitem_", "copy_", "fill_", "zero_", "mul_", "div_"}
+    {"add_", "sub_", "neg_", "clamp_", "addcmul_", "addcdiv_", "setitem_", "copy_", "fill_", "zero_", "mul_", "div_",
+     "masked_fill_", "index_copy_"}
 )
 _BY_NUMBER_ONLY = frozenset({"mul_", "div_"})
 
