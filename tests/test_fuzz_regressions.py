@@ -3259,3 +3259,26 @@ def test_a_pytorch_vjp_in_a_region_is_a_documented_crash():
         assert documented_crash(e) == "torch_compile_ex: Thunder's vjp taken from PyTorch"
     else:
         pytest.skip("this Thunder and torch compile narrow's backward in a region")
+
+
+# -- soak seed 70000 (--rotate, both executors) ----------------------------------------------
+
+
+def contiguous_of_input_written_with_grad(a, b):
+    a.copy_(b)  # a is written with a value that carries b's gradient
+    return (a.contiguous(),)  # eager: a itself, with copy_'s history
+
+
+@pytest.mark.xfail(strict=True, reason="open: a returned alias that may copy reads the epilogue's output, without history")
+def test_contiguous_of_input_written_with_grad_carries_its_history():
+    """Silently wrong (plain Thunder too): the gradient of ``b`` is None.  ``a.contiguous()`` is
+    ``a`` in eager, carrying the write's history; the transform makes it from the epilogue
+    ``copy_``'s output, which has none (a bare ``return a`` returns the value, and is right)."""
+    make = lambda g: (torch.randn(4, 3), torch.randn(4, 3).requires_grad_(g))  # noqa: E731
+    cells = judge_function(contiguous_of_input_written_with_grad, make, grad_modes=(True,), configs=CONFIGS).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+def test_contiguous_of_input_written_with_grad_is_wrong_in_plain_thunder():
+    make = lambda: (contiguous_of_input_written_with_grad, (torch.randn(4, 3), torch.randn(4, 3).requires_grad_()), {})  # noqa: E731
+    assert differential(make, PLAIN_HAZARD).status == "wrong"
