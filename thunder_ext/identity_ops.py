@@ -48,11 +48,11 @@ from dataclasses import dataclass, field
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy, variableify
 from thunder.core.pytree import tree_flatten, tree_map
-from thunder.core.symbol import BoundSymbol, has_tags
+from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 
 from thunder_ext.meta_calls import returns_its_input
-from thunder_ext.op_kinds import effect_of, is_return, origin_ids, tensor_args, tensor_outs
+from thunder_ext.op_kinds import effect_of, is_auto_registered, is_return, origin_ids, tensor_args, tensor_outs
 from thunder_ext.recording import at_source_of, record
 
 
@@ -82,7 +82,7 @@ def _auto_registered_identity(bsym: BoundSymbol) -> bool:
     # but at run time the PyTorch op hands back its input object: ``torch.positive``, ``t.cpu()``
     # on the CPU, ``t.int()`` of an int32 tensor, ``F.alpha_dropout`` with ``p=0``.  A write to
     # either name is then a write to both, which no later step would see.
-    if not has_tags(bsym, {prims.OpTags.AUTO_REGISTERED}) or bsym.subsymbols:
+    if not is_auto_registered(bsym):
         return False
     args, outs = tensor_args(bsym), tensor_outs(bsym)
     if not args or len(outs) != 1:

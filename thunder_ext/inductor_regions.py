@@ -656,12 +656,10 @@ class InductorRegions(WalkPolicy):
                 derived.add(g)
                 if str(bsym.sym.name) in EXTERN_KERNEL_READS:
                     others = frozenset(self.walk.info.group_of(p) for p in tensor_args(bsym)) - {g}
-                    end = ends.get((g, "extern_write_into"))
-                    operands = others | (end.operands if end else frozenset())
-                    ends[(g, "extern_write_into")] = _RegionEnd(
-                        end.who if end else bsym, end.witness if end else outs[0],
-                        "writes, with an operand of, an input read by", "extern_write_into", operands=operands,
+                    end = ends.get((g, "extern_write_into")) or _RegionEnd(
+                        bsym, outs[0], "writes, with an operand of, an input read by", "extern_write_into"
                     )
+                    ends[(g, "extern_write_into")] = end._replace(operands=end.operands | others)
         derived -= write_groups
         if derived:
             frozen = frozenset(derived)

@@ -232,37 +232,12 @@ def position(bsym: BoundSymbol, p: TensorProxy) -> int:
     return next((k for k, x in enumerate(leaves) if isinstance(x, TensorProxy) and x.name == p.name), -1)
 
 
-# -- whether eager hands back its input itself -------------------------------------------------
+# -- which argument's storage each output shares ---------------------------------------------
 
-_RETURNS_INPUT: dict[tuple, bool] = {}
-
-
-def _probe_returns_input(bsym: BoundSymbol) -> bool:
-    fn = eager_form(bsym)
-    first = next((x for x in tree_flatten((bsym.args, bsym.kwargs))[0] if isinstance(x, TensorProxy)), None)
-    if fn is None or first is None:
-        return False
-    try:
-        metas, result = call_on_meta(bsym, fn)
-    except Exception:  # eager cannot run it on meta: assume a tensor of its own
-        return False
-    return result is metas[first.name]
+_OUTPUTS: dict[tuple, tuple] = {}
 
 
-def returns_its_input(bsym: BoundSymbol) -> bool:
-    """Whether eager, called with ``bsym``'s arguments, returns its first tensor argument itself,
-    the same object: ``torch.positive(t)``, ``t.int()`` of an int32 tensor, ``F.alpha_dropout``
-    with ``p=0``.  False where the probe cannot tell.  The devices are not compared (every meta
-    tensor is on meta): the caller compares them."""
-    return memoized(_RETURNS_INPUT, call_signature(bsym), lambda: _probe_returns_input(bsym))
-
-
-# -- which argument's storage each output shares -----------------------------------------------
-
-_SOURCES: dict[tuple, tuple] = {}
-
-
-def _probe_storage_sources(bsym: BoundSymbol) -> tuple:
+def _probe_outputs(bsym: BoundSymbol) -> tuple:
     fn = eager_form(bsym)
     if fn is None:
         return ()
@@ -271,15 +246,24 @@ def _probe_storage_sources(bsym: BoundSymbol) -> tuple:
     except Exception:  # eager cannot run it on meta: nothing known
         return ()
     names = [p.name for p in tree_flatten((bsym.args, bsym.kwargs))[0] if isinstance(p, TensorProxy)]
-    storages = [metas[n].untyped_storage()._cdata for n in dict.fromkeys(names)]
+    args = [metas[n] for n in dict.fromkeys(names)]
+    storages = [a.untyped_storage()._cdata for a in args]
     out = []
     for t in torch.utils._pytree.tree_leaves(result):
         if isinstance(t, torch.Tensor):
             if t.layout != torch.strided:
                 return ()
             cdata = t.untyped_storage()._cdata
-            out.append(next((k for k, c in enumerate(storages) if c == cdata), None))
+            k = next((k for k, c in enumerate(storages) if c == cdata), None)
+            out.append((k, k is not None and t is args[k]))
     return tuple(out)
+
+
+def _outputs_on_meta(bsym: BoundSymbol) -> tuple:
+    """For each tensor eager's call with ``bsym``'s arguments returns: the position (among the
+    distinct tensor arguments, in order) of the argument whose storage it shares, or None, and
+    whether it is that argument object itself.  Empty where the probe cannot tell."""
+    return memoized(_OUTPUTS, call_signature(bsym), lambda: _probe_outputs(bsym))
 
 
 def output_storage_sources(bsym: BoundSymbol) -> tuple:
@@ -287,4 +271,12 @@ def output_storage_sources(bsym: BoundSymbol) -> tuple:
     distinct tensor arguments, in order) of the argument whose storage it shares, or None where it
     has storage of its own: ``(0,)`` for ``t.ravel()`` of a contiguous tensor, ``(None,)`` for
     ``t.exp()``.  Empty where the probe cannot tell."""
-    return memoized(_SOURCES, call_signature(bsym), lambda: _probe_storage_sources(bsym))
+    return tuple(k for k, _ in _outputs_on_meta(bsym))
+
+
+def returns_its_input(bsym: BoundSymbol) -> bool:
+    """Whether eager, called with ``bsym``'s arguments, returns its first tensor argument itself,
+    the same object: ``torch.positive(t)``, ``t.int()`` of an int32 tensor, ``F.alpha_dropout``
+    with ``p=0``.  False where the probe cannot tell.  The devices are not compared (every meta
+    tensor is on meta): the caller compares them."""
+    return _outputs_on_meta(bsym) == ((0, True),)

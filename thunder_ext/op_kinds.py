@@ -34,6 +34,8 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol
 from thunder.extend import get_all_executors
 
+from thunder_ext.meta_calls import output_storage_sources
+
 PrimIDs = prims.PrimIDs
 
 # Prims whose output always shares storage with their first input.
@@ -169,29 +171,31 @@ def view_kind(bsym: BoundSymbol) -> str | None:
         return "view"
     if ids & maybe:
         return "maybe"
-    if _unlisted_view(bsym):
+    if _unlisted_view(bsym, ids):
         return "view"
     return None
 
 
-def _unlisted_view(bsym: BoundSymbol) -> bool:
+def is_auto_registered(bsym: BoundSymbol, ids: frozenset | None = None) -> bool:
+    """A symbol Thunder registered automatically for a PyTorch op it has none of, or an
+    executor's symbol for one (``ids``: :func:`origin_ids`, where the caller has them)."""
+    return not bsym.subsymbols and bool((origin_ids(bsym) if ids is None else ids) & _auto_registered_ids())
+
+
+def _unlisted_view(bsym: BoundSymbol, ids: frozenset | None = None) -> bool:
     """An op Thunder registered automatically (it has no symbol of its own), outside Thunder's
     table of such ops that return views, whose PyTorch op returns a view of its first tensor
     argument, or that argument itself: ``t.ravel()``, ``torch.linalg.diagonal(t)``,
     ``torch.positive(t)``.  Thunder takes the output for a new tensor; at run time a write
     through either name reaches the other."""
-    sources = _unlisted_storage_sources(bsym)
+    sources = _unlisted_storage_sources(bsym, ids)
     return bool(sources) and all(s == 0 for s in sources)
 
 
-def _unlisted_storage_sources(bsym: BoundSymbol) -> tuple:
+def _unlisted_storage_sources(bsym: BoundSymbol, ids: frozenset | None = None) -> tuple:
     """For an op Thunder registered automatically, which distinct tensor argument each output
     shares storage with (:func:`thunder_ext.meta_calls.output_storage_sources`); () otherwise."""
-    if bsym.subsymbols or not origin_ids(bsym) & _auto_registered_ids():
-        return ()
-    from thunder_ext.meta_calls import output_storage_sources  # imported late: it imports Thunder's torch language
-
-    return output_storage_sources(bsym)
+    return output_storage_sources(bsym) if is_auto_registered(bsym, ids) else ()
 
 
 def _unlisted_aliases(bsym: BoundSymbol) -> tuple:
