@@ -3269,13 +3269,19 @@ def contiguous_of_input_written_with_grad(a, b):
     return (a.contiguous(),)  # eager: a itself, with copy_'s history
 
 
-@pytest.mark.xfail(strict=True, reason="open: a returned alias that may copy reads the epilogue's output, without history")
-def test_contiguous_of_input_written_with_grad_carries_its_history():
-    """Silently wrong (plain Thunder too): the gradient of ``b`` is None.  ``a.contiguous()`` is
-    ``a`` in eager, carrying the write's history; the transform makes it from the epilogue
-    ``copy_``'s output, which has none (a bare ``return a`` returns the value, and is right)."""
+def contiguous_twice_of_input_multiplied_with_grad(a, b):
+    a.mul_(b)
+    return a.contiguous().contiguous(), a.t().contiguous(), a[1].contiguous()
+
+
+@pytest.mark.parametrize("fn", [contiguous_of_input_written_with_grad, contiguous_twice_of_input_multiplied_with_grad])
+def test_contiguous_of_input_written_with_grad_carries_its_history(fn):
+    """Was silently wrong (plain Thunder is): the gradient of ``b`` was None.  ``a.contiguous()``
+    is ``a`` in eager, carrying the write's history; made from the epilogue ``copy_``'s output, it
+    was the caller's tensor at run time, which has none.  It reads the value now, as a bare
+    ``return a`` does."""
     make = lambda g: (torch.randn(4, 3), torch.randn(4, 3).requires_grad_(g))  # noqa: E731
-    cells = judge_function(contiguous_of_input_written_with_grad, make, grad_modes=(True,), configs=CONFIGS).cells
+    cells = judge_function(fn, make, grad_modes=(True,), configs=CONFIGS).cells
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
 
 

@@ -100,6 +100,7 @@ from thunder_ext.op_kinds import (
     is_copy,
     is_like_factory,
     is_return,
+    may_be_its_input,
     origin_ids,
     returned_data,
     tensor_args,
@@ -383,7 +384,7 @@ class _Functionalizer:
                         ):
                             first_grad_read[g] = i
         # Groups whose input the return hands back itself (the input, or an in-place op's output on it).
-        whole = whole_tensor_versions(self.bsyms, info.inputs, info.effects)
+        whole = self.may_be_whole(whole_tensor_versions(self.bsyms, info.inputs, info.effects))
         returned_whole = {info.group_of(n) for b in self.bsyms if is_return(b) for n in returned_data(b) & whole}
         for g in sorted(info.mutated_groups & info.input_groups):
             names = members.get(g, ())
@@ -408,6 +409,16 @@ class _Functionalizer:
             ):
                 self.returned_with_history.add(g)
             out[g] = self.proxy_named(ins[0])
+        return out
+
+    def may_be_whole(self, whole: set[str]) -> set[str]:
+        """``whole`` and every name an op that :func:`may_be_its_input` makes of one: at run time it
+        may be the input object itself (``return a.contiguous()`` is ``a`` in eager)."""
+        out = set(whole)
+        for b in self.bsyms:
+            args = tensor_args(b)
+            if may_be_its_input(b) and args and args[0].name in out:
+                out.update(o.name for o in tensor_outs(b) if o.shape == args[0].shape and o.dtype == args[0].dtype)
         return out
 
     def epilogue_form(self, g: str, writes: list[int], last_read: dict[str, int]) -> bool:
@@ -482,10 +493,22 @@ class _Functionalizer:
             # Under the user's source line of the input's last write: refusals and reports name it.
             self.emit(bsyms, self.last_write_of.get(g, ret))
             self.report.epilogue_writes[x.name] = self.out[-1]
+            kept = {}
             if g in self.returned_with_history:
                 self.returned_values[out.name] = value
-            self.cur[g] = {_BASE: out}
+                # What may be the caller's tensor itself at run time keeps reading the value, as the
+                # caller's tensor would lose the write's history (``return a.contiguous()``).
+                kept = {n: v for n, v in self.cur[g].items() if n != _BASE and self.may_be_the_base(n)}
+            self.cur[g] = {_BASE: out, **kept}
             self.report.epilogues += 1
+
+    def may_be_the_base(self, n: tuple) -> bool:
+        """Node ``n`` is made from the base by ops that :func:`may_be_its_input` only."""
+        while n != _BASE:
+            i, _, n = self.view_of[n]
+            if not may_be_its_input(self.bsyms[i]):
+                return False
+        return True
 
     def return_values(self, ret: BoundSymbol) -> BoundSymbol:
         """The return with each output that is the caller's tensor after a write carrying a

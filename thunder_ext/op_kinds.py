@@ -97,6 +97,17 @@ def origin_ids(bsym: BoundSymbol) -> frozenset:
         return frozenset()
 
 
+@functools.cache
+def _may_be_its_input_ids() -> frozenset:
+    return frozenset(s.id for s in ltorch._syms_that_may_return_views if s.name == "contiguous")
+
+
+def may_be_its_input(bsym: BoundSymbol) -> bool:
+    """``bsym`` may hand back its input object itself, which no fold can take away: ``contiguous``
+    is its input when the input's strides are contiguous, which Thunder does not trace."""
+    return bool(origin_ids(bsym) & _may_be_its_input_ids())
+
+
 def is_return(bsym: BoundSymbol) -> bool:
     return bsym.sym.id == PrimIDs.RETURN
 
