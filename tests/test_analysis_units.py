@@ -576,3 +576,34 @@ def test_saves_input_is_whether_eagers_backward_raises_after_a_write(name, fn, m
     assert checked == len(params)
 
 
+
+
+# -- zero cotangents ---------------------------------------------------------------------------
+
+
+def test_known_zeros_and_the_reads_that_matter():
+    """Products with zeros and their sums and views are zeros; a read feeding only them matters
+    to no result, while the same read also feeding a returned value does."""
+    from thunder_ext.zero_cotangents import known_zeros, reads_that_matter
+
+    names = {}
+
+    def fn(x, w):
+        z = ltorch.zeros(4, 3, device="cpu", dtype=thunder.dtypes.float32)
+        old = ltorch.sub(x, 1.0)  # a backward's read of a saved value
+        dead = ltorch.mul(ltorch.sum(ltorch.add(z, z), 0), ltorch.sum(old, 0))  # zero whatever old is
+        shifted = ltorch.add(z, 1.0)  # not zero
+        kept = ltorch.mul(w, 2.0)
+        names.update(z=z.name, old=old.name, dead=dead.name, shifted=shifted.name, kept=kept.name)
+        return ltorch.add(ltorch.add(kept, ltorch.unsqueeze(dead, 0)), shifted)
+
+    t = build(fn, x=(4, 3), w=(4, 3))
+    zeros = known_zeros(t.bound_symbols)
+    assert {names["z"], names["dead"]} <= zeros
+    assert not {names["old"], names["shifted"], names["kept"]} & zeros
+    needed = reads_that_matter(t.bound_symbols)
+    assert names["old"] not in needed and "x" not in needed
+    assert {names["kept"], names["shifted"], "w"} <= needed
+
+    t2 = build(lambda x: ltorch.add(ltorch.mul(ltorch.zeros(3, device="cpu", dtype=thunder.dtypes.float32), x), x), x=(3,))
+    assert "x" in reads_that_matter(t2.bound_symbols)  # also read by the add

@@ -139,6 +139,7 @@ class BarrierStage(FusionExecutor):
             refuse_saved_tensor_mutation(
                 report, before.epilogue_writes if before is not None else None, joint=trace,
                 running_stats_only=reports_for(cd).running_stats_only if cd is not None else frozenset(),
+                placed=new,
             )  # fmt: skip
             refuse_lost_scalar_writes(new, config.executors)
         except InplaceOrderingError as e:

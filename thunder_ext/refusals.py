@@ -977,12 +977,23 @@ def inputs_written_only_as_running_stats(stripped: tuple[list[BoundSymbol], Alia
     return frozenset(n for n in info.inputs if info.group_of(n) in by_batch_norm - by_others)
 
 
+def _changes_a_result(read: BoundSymbol, placed: TraceCtx) -> bool:
+    """Whether ``read``'s outputs matter in ``placed``; a read whose outputs it does not make
+    (renamed, or gone) is taken to matter."""
+    from thunder_ext.zero_cotangents import reads_that_matter
+
+    outs = {p.name for p in read.flat_proxy_outs}
+    made = {p.name for b in placed.bound_symbols for p in b.flat_proxy_outs}
+    return not outs or not outs <= made or bool(outs & reads_that_matter(placed.bound_symbols))
+
+
 def refuse_saved_tensor_mutation(
     report: BarrierReport,
     epilogue_writes: dict[str, BoundSymbol] | None = None,
     joint: TraceCtx | None = None,
     *,
     running_stats_only: frozenset[str] = frozenset(),
+    placed: TraceCtx | None = None,
 ) -> None:
     """Class 6, judged at the fusion stage: the backward reads a value a forward write replaced.
 
@@ -1000,12 +1011,19 @@ def refuse_saved_tensor_mutation(
     * rm``, then ``F.batch_norm(a, rm, rv, training=True)``.  Eager's backward reads the updated
     ``rm`` there, without raising, and so does the write kept in place (soak seed 56000, plain
     Thunder right).
+
+    Nor where the read changes nothing the placed trace ``placed`` returns
+    (:func:`thunder_ext.zero_cotangents.reads_that_matter`): the backward of an output nothing uses,
+    which autodiff runs on a zero cotangent (``t0 = F.batch_norm(a, rm, rv, training=True); t1 =
+    t0.contiguous(); t1.sub_(a)``, ``t1`` never returned, then a no-grad write into ``a``).  Eager
+    never runs that backward (soak seed 70000, plain Thunder right).
     """
     if joint is not None and not any(b.sym.id == prims.PrimIDs.GET_GRAD for b in joint.bound_symbols):
         return
     reads = [
         (w, r) for w, r in report.backward_reads_of_forward_writes
         if not (effect_of(w).writes and all(d.name in running_stats_only for d in effect_of(w).writes))
+        and (placed is None or _changes_a_result(r, placed))
     ]  # fmt: skip
     if reads:
         write, read = reads[0]
