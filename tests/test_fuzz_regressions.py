@@ -3312,3 +3312,62 @@ def test_write_into_what_an_unreached_backward_saved_is_answered():
         return (a * 1 if g else a, torch.randn(3), torch.rand(3) + 0.5)
 
     assert_answered_in_every_cell(unused_batch_norm_output_then_saved_input_written, make)
+
+
+def contiguous_of_input_written_under_no_grad_returned(a):
+    t0 = a.contiguous()  # a itself in eager (or a copy, for other strides)
+    with torch.no_grad():
+        a.lerp_(t0, 0.1)
+    t1 = a.contiguous()
+    with torch.no_grad():
+        t1.lerp_(t0, 0.1)
+    return (t0, t1, a)
+
+
+def contiguous_of_input_written_then_read_only_by_dead_code(a):
+    t0 = a.contiguous()
+    with torch.no_grad():
+        t0.lerp_(a, 0.1)
+    t2 = t0.split(2)[1]  # noqa: F841  (dead)
+    t3 = t0.mean(0)
+    t5 = a.contiguous()
+    F.leaky_relu(t3, 0.1, inplace=True)  # a dead in-place op: t3 is never used
+    return (t5,)
+
+
+@pytest.mark.parametrize(
+    "fn", [contiguous_of_input_written_under_no_grad_returned, contiguous_of_input_written_then_read_only_by_dead_code]
+)
+@pytest.mark.parametrize("leaf", [True, False], ids=["leaf", "non-leaf"])
+def test_write_through_contiguous_of_grad_input_under_no_grad_is_answered(fn, leaf):
+    """Were needless ``ViewGradientError``s with ``torch_compile_ex`` (soak seeds 69000 and 70000,
+    plain Thunder right).  ``contiguous`` of an input is the input or a copy at run time, never a
+    view a region hands on, so its return is the input's; and a use of it that only dead code
+    needed is gone from the placed trace."""
+
+    def make(g):
+        a = torch.randn(4, 3).requires_grad_(g)
+        return (a * 1 if g and not leaf else a,)
+
+    assert_answered_in_every_cell(fn, make)
+
+
+def contiguous_of_input_written_under_no_grad_then_read(a):
+    t0 = a.contiguous()
+    with torch.no_grad():
+        t0.lerp_(a, 0.1)
+    return (t0 * 2, a)
+
+
+def test_write_through_contiguous_of_grad_input_then_read_stays_refused_with_torch_compile():
+    """A live read of the written ``contiguous`` after the write: a later region would need the
+    written name, which no region can make again (a copy, or the input, by strides).  Refused
+    with ``torch_compile_ex`` and its words name ``contiguous``; answered elsewhere."""
+    make = lambda g: (torch.randn(4, 3).requires_grad_(g),)  # noqa: E731
+    cells = judge_function(contiguous_of_input_written_under_no_grad_then_read, make, grad_modes=(True,), configs=ALL_CELLS).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    for c in cells:
+        if c.config.executors == "torch_compile" and c.config.entry == "jit":
+            assert c.status.startswith("refused") and "made by `contiguous`" in str(c), c
+        else:
+            assert c.status == "correct", c

@@ -54,6 +54,7 @@ from thunder_ext.op_kinds import (
     is_copy,
     is_like_factory,
     is_return,
+    may_be_its_input,
     returned_data,
     tensor_args,
     tensor_outs,
@@ -87,13 +88,15 @@ def refuse_unsupported_gradients(
     view_writes = list(_no_grad_writes_through_input_views(stripped)) if inductor else []
     writes, opaque = _no_grad_view_writes(view_writes)
     group_of = stripped[1].group_of
-    returned_whole = _with_whole_write_outputs(
-        stripped, frozenset(n for n in names if not (writes.get(group_of(n), 0) > 1 and group_of(n) in opaque))
-    )
+    whole_inputs = frozenset(n for n in names if not (writes.get(group_of(n), 0) > 1 and group_of(n) in opaque))
+    returned_whole = _with_whole_write_outputs(stripped, whole_inputs)
     refuse_view_gradients(report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque)
     if inductor:
         refuse_opaque_view_written_twice(stripped, view_writes, diff, opaque)
-        refuse_opaque_view_used_after_its_write(stripped, view_writes, diff, opaque, returned_whole)
+        inputs_themselves = _with_whole_write_outputs(stripped, whole_inputs, contiguous=False)
+        refuse_opaque_view_used_after_its_write(
+            stripped, view_writes, diff, opaque, inputs_themselves, returned_whole, kept=_made_names(after)
+        )
     placed = stripped_storage(after)  # one analysis of the placed trace, for the checks that read it
     refuse_views_autodiff_copies(after, placed)
     refuse_returned_input_with_new_history(after, diff, placed)
@@ -201,7 +204,7 @@ def _no_grad_writes_through_input_views(stripped: tuple[list[BoundSymbol], Alias
     for k, b in enumerate(bsyms):
         for o in b.flat_proxy_outs:
             made_at.setdefault(o.name, k)
-    inputs_themselves = _with_whole_write_outputs(stripped, frozenset(info.inputs))
+    inputs_themselves = _with_whole_write_outputs(stripped, frozenset(info.inputs), contiguous=False)
     for b, effect in zip(bsyms, info.effects):
         if writes_with_grad(b):
             continue
@@ -276,6 +279,8 @@ def refuse_opaque_view_used_after_its_write(
     diff: set[str],
     opaque: frozenset[str],
     whole: frozenset[str],
+    returned_whole: frozenset[str] | None = None,
+    kept: frozenset[str] | None = None,
 ) -> None:
     """With ``torch_compile_ex``: after a write made under no-grad through a view its regions
     cannot make again (``opaque``, :func:`_no_grad_view_writes`) of an input that requires grad,
@@ -290,8 +295,14 @@ def refuse_opaque_view_used_after_its_write(
     Through a view the regions can make again (a slice: ``t1 = a[1:]``, ``t1.mul_(1.5)`` under
     no-grad), every use is answered, the return too: each goes through the view made again from
     the input's newest name (:meth:`~thunder_ext.inductor_regions.InductorRegions.replay_views_of_renamed_inputs`;
-    soak seed 51000, where plain Thunder crashes)."""
+    soak seed 51000, where plain Thunder crashes).
+
+    The return hands back the names in ``returned_whole`` as the input (a ``contiguous`` of it
+    too, which is the input or a copy at run time, never a view; soak seed 69000).  A use the placed
+    trace no longer makes (``kept``: the names it makes) is dead, and hands nothing on (soak seed
+    70000: ``t0.mean(0)`` read only by a dead in-place op)."""
     bsyms, info = stripped
+    returned_whole = whole if returned_whole is None else returned_whole
     at = {id(b): k for k, b in enumerate(bsyms)}
     made_in: dict[str, list[tuple[int, str]]] = {}  # group -> (where, name) of its names, first made
     seen: set[str] = set()
@@ -312,15 +323,25 @@ def refuse_opaque_view_used_after_its_write(
         for later in bsyms[k + 1 :]:
             if id(later) in writes_of[g]:
                 continue  # another such write: refuse_opaque_view_written_twice judges it
-            used = returned_data(later) if is_return(later) else {p.name for p in later.flat_proxy_args}
+            if is_return(later):
+                used = returned_data(later) - returned_whole
+            elif kept is not None and _removed_as_dead(later, kept):
+                continue
+            else:
+                used = {p.name for p in later.flat_proxy_args}
             hit = next((n for n in sorted(used) if n in names), None)
             if hit is None:
                 continue
+            makers = (*chain, *(x for x in bsyms if w.name in {o.name for o in x.flat_proxy_outs}))
+            made_by = (
+                "`contiguous`, which is the input itself or a copy, as strides Thunder does not trace decide"
+                if any(may_be_its_input(v) for v in makers)
+                else "`view` or `reshape`, which is a reshape that may copy after autodiff"
+            )
             raise ViewGradientError(
                 f"`{hit}` is used after a write made under no-grad through `{w.name}`, a view of "
-                f"`{base}` (which requires grad) made by `view` or `reshape`, which is a reshape that "
-                "may copy after autodiff. torch_compile_ex cannot make that view again in a later "
-                "fusion region, and AOT autograd refuses a region that hands it on (plain Thunder "
+                f"`{base}` (which requires grad) made by {made_by}. torch_compile_ex cannot make that "
+                "view again in a later fusion region, and AOT autograd refuses a region that hands it on (plain Thunder "
                 f"crashes there). Read `{base}` itself after the write, make the view by slicing or "
                 "indexing, write outside the compiled function, or use the default executors",
                 b,
@@ -328,15 +349,33 @@ def refuse_opaque_view_used_after_its_write(
             )
 
 
-def _with_whole_write_outputs(stripped: tuple[list[BoundSymbol], AliasInfo], whole: frozenset[str]) -> frozenset[str]:
+def _made_names(trace: TraceCtx) -> frozenset[str]:
+    return frozenset(p.name for b in trace.bound_symbols for p in b.flat_proxy_outs)
+
+
+def _removed_as_dead(bsym: BoundSymbol, kept: frozenset[str]) -> bool:
+    """``bsym`` writes nothing (a write's outputs may be renamed by the pass) and the placed trace
+    makes none of its outputs: dead code elimination removed it."""
+    outs = {p.name for p in bsym.flat_proxy_outs}
+    return bool(outs) and not effect_of(bsym).writes and not outs & kept
+
+
+def _with_whole_write_outputs(
+    stripped: tuple[list[BoundSymbol], AliasInfo], whole: frozenset[str], *, contiguous: bool = True
+) -> frozenset[str]:
     """``whole`` (input names) and the outputs of in-place ops that write one of them whole and
     return it (``c.mul_(2.0)``, which the interpreter names from then on): the return of such a
-    name is the return of the input (soak seed 46000, ``c[0].lerp_`` after it under no-grad)."""
+    name is the return of the input (soak seed 46000, ``c[0].lerp_`` after it under no-grad).
+    And what ``contiguous`` makes of one (:func:`~thunder_ext.op_kinds.may_be_its_input`): at run
+    time the input itself, or a copy of it, never a view a region would hand on (``t0 =
+    a.contiguous()``, ``t0.lerp_(a, 0.1)`` under no-grad: soak seeds 69000 and 70000); not with
+    ``contiguous=False``."""
     names = set(whole)
     for b, effect in zip(stripped[0], stripped[1].effects):
         for o, a in effect.aliases:
-            if a.name in names and any(a is w for w in effect.writes) and tuple(o.shape) == tuple(a.shape):
-                names.add(o.name)
+            if a.name in names and tuple(o.shape) == tuple(a.shape) and o.dtype == a.dtype:
+                if any(a is w for w in effect.writes) or (contiguous and may_be_its_input(b)):
+                    names.add(o.name)
     return frozenset(names)
 
 

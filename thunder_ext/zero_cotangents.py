@@ -27,8 +27,9 @@ is not among the reads that matter: the value of ``a`` it reads changes nothing 
 Invariant: a name is a known zero only when every element is ``0`` for any finite input: a
 ``zeros``/``full(0)`` factory, or an op that maps zeros to zeros (a product with one, a sum, a
 view).  A non-finite value times zero is not zero, which the rule ignores as Thunder's own
-backward does (it computes those products too).  Writes, and bsyms Thunder's ``dce`` must keep,
-are roots: what they read always matters.
+backward does (it computes those products too): where a write made the saved value infinite,
+the gradient the zero product is added to is NaN, where eager's is finite (``docs/limits.md``).
+Writes, and bsyms Thunder's ``dce`` must keep, are roots: what they read always matters.
 """
 
 from __future__ import annotations
