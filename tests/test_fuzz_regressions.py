@@ -3371,3 +3371,53 @@ def test_write_through_contiguous_of_grad_input_then_read_stays_refused_with_tor
             assert c.status.startswith("refused") and "made by `contiguous`" in str(c), c
         else:
             assert c.status == "correct", c
+
+
+# -- soak seed 71000 (--rotate, both executors) ----------------------------------------------
+
+
+def diagonal_written_then_input_lerped_with_a_reduction(b):
+    t0 = torch.diagonal(b)
+    t1 = b.sum(0) * b
+    t0[1:] = 0.5  # functionalized: an index_copy into b's value
+    b.lerp_(t1, 0.1)  # reads the scatter's result and a value computed from a reduction
+    return (b, t1)
+
+
+def linalg_diagonal_written_then_input_lerped_with_batch_norm(b, rm, rv):
+    t0 = torch.linalg.diagonal(b)
+    t1 = F.batch_norm(b, rm, rv, training=True, momentum=0.1)
+    t0[1:] = 0.5
+    with torch.no_grad():
+        b.lerp_(t1, 0.1)
+    return (b, t1, rm)
+
+
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (diagonal_written_then_input_lerped_with_a_reduction, lambda g: (_x(False),)),
+        (linalg_diagonal_written_then_input_lerped_with_batch_norm, lambda g: (_x(False), torch.randn(3), torch.rand(3) + 0.5)),
+    ],
+    ids=["sum", "batch_norm"],
+)
+def test_scatter_read_beside_a_value_computed_from_a_reduction_torch_compile(fn, make):
+    """torch_compile_ex, no grad: ``b``'s diagonal came back unwritten (soak seed 71000, plain
+    Thunder right: it keeps the write in place).  The value ``lerp`` reads beside the scatter's
+    result is computed from a reduction, not read by one; Inductor's kernel is wrong the same way
+    (plain ``torch.compile`` on the functional form too, torch 2.11), so the scatter runs eagerly
+    (``unfuse_scatters``)."""
+    assert_matches_eager(fn, make, grad_modes=(False,), configs=TORCH_COMPILE)
+
+
+def test_scatter_read_beside_a_value_computed_from_a_reduction_is_wrong_in_plain_torch_compile():
+    """The finding is Inductor's: the functional form the transform makes, compiled alone."""
+
+    def functional(b, idx, v):
+        return torch.lerp(b.reshape(12).index_copy(0, idx, v).reshape(4, 3), b.sum(0) * b, 0.1)
+
+    b, idx, v = torch.randn(4, 3), torch.tensor([0, 4, 8]), torch.full((3,), 0.5)
+    torch._dynamo.reset()
+    got = torch.compile(functional)(b, idx, v)
+    torch._dynamo.reset()
+    assert not torch.allclose(got, functional(b, idx, v))

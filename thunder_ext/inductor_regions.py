@@ -978,9 +978,19 @@ def _read_by_reductions(forward: list[BoundSymbol]) -> set[str]:
     return names
 
 
+def _computed_from_reductions(forward: list[BoundSymbol]) -> set[str]:
+    """The names a reduction of ``forward`` makes, and every name computed from one."""
+    names: set[str] = set()
+    for b in forward:
+        if _reduces(b) or any(p.name in names for p in tensor_args(b)):
+            names.update(o.name for o in tensor_outs(b))
+    return names
+
+
 def _read_beside(scatter: BoundSymbol, forward: list[BoundSymbol], reduced: set[str]) -> bool:
     """A bsym of ``forward`` reads ``scatter``'s result (or a view of it) and also a name a
-    reduction reads: the kernel Inductor gets wrong."""
+    reduction reads, or one computed from a reduction (``reduced`` holds both): the kernel
+    Inductor gets wrong."""
     result = {o.name for o in tensor_outs(scatter)}
     for b in forward:
         names = {p.name for p in tensor_args(b)}
@@ -1004,9 +1014,11 @@ def unfuse_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tu
       before it writes.  Functionalization makes such a call from ``t0.copy_(t1);
       t0.index_copy_(0, idx, t1)`` (soak seed 44000);
     * a scatter whose result (or a view of it) is read by an op that also reads a tensor a
-      reduction reads: Inductor's kernel for that op comes out as if the scatter had not run.
-      Functionalization makes the scatter from a write through a view (``a.t().add_(0.5)`` next
-      to a ``batch_norm``, soak seed 60000, plain Thunder right)::
+      reduction reads, or one computed from a reduction: Inductor's kernel for that op comes out
+      as if the scatter had not run.  Functionalization makes the scatter from a write through a
+      view (``a.t().add_(0.5)`` next to a ``batch_norm``, soak seed 60000; ``t0 =
+      torch.diagonal(b)``, ``t1 = b.sum(0) * b``, ``t0[1:] = 0.5``, ``b.lerp_(t1, 0.1)``: soak seed
+      71000; plain Thunder right in both)::
 
         before (torch_compile_ex may fuse)          after
         t20 = ltorch.index_copy(t1, 0, idx, t1)     t20 = eager_index_copy(t1, 0, idx, t1)
@@ -1022,7 +1034,8 @@ def unfuse_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tu
     if not scatters:
         return out, 0
     forward = [b for b in out if not has_tags(b, {BoundSymbolTag.BACKWARD})]
-    reduced = _read_by_reductions(forward)  # once per trace; each scatter then walks it once
+    # Once per trace; each scatter then walks it once.
+    reduced = _read_by_reductions(forward) | _computed_from_reductions(forward)
     moved = 0
     for k in scatters:
         b = out[k]
