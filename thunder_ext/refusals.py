@@ -341,8 +341,8 @@ def refuse_opaque_view_used_after_its_write(
             raise ViewGradientError(
                 f"`{hit}` is used after a write made under no-grad through `{w.name}`, a view of "
                 f"`{base}` (which requires grad) made by {made_by}. torch_compile_ex cannot make that "
-                "view again in a later fusion region, and AOT autograd refuses a region that hands it on (plain Thunder "
-                f"crashes there). Read `{base}` itself after the write, make the view by slicing or "
+                "view again in a later fusion region, and AOT autograd refuses a region that hands it "
+                f"on (plain Thunder crashes there). Read `{base}` itself after the write, make the view by slicing or "
                 "indexing, write outside the compiled function, or use the default executors",
                 b,
                 later,
@@ -1016,14 +1016,21 @@ def inputs_written_only_as_running_stats(stripped: tuple[list[BoundSymbol], Alia
     return frozenset(n for n in info.inputs if info.group_of(n) in by_batch_norm - by_others)
 
 
-def _changes_a_result(read: BoundSymbol, placed: TraceCtx) -> bool:
-    """Whether ``read``'s outputs matter in ``placed``; a read whose outputs it does not make
-    (renamed, or gone) is taken to matter."""
+def _changes_a_result(placed: TraceCtx) -> Callable[[BoundSymbol], bool]:
+    """Whether a read's outputs matter in ``placed``; a read whose outputs it does not make
+    (renamed, or gone) is taken to matter.  The analysis runs once, at the first question."""
     from thunder_ext.zero_cotangents import reads_that_matter
 
-    outs = {p.name for p in read.flat_proxy_outs}
-    made = {p.name for b in placed.bound_symbols for p in b.flat_proxy_outs}
-    return not outs or not outs <= made or bool(outs & reads_that_matter(placed.bound_symbols))
+    memo: list = []
+
+    def changes(read: BoundSymbol) -> bool:
+        if not memo:
+            memo.extend((_made_names(placed), reads_that_matter(placed.bound_symbols)))
+        made, needed = memo
+        outs = {p.name for p in read.flat_proxy_outs}
+        return not outs or not outs <= made or bool(outs & needed)
+
+    return changes
 
 
 def refuse_saved_tensor_mutation(
@@ -1059,10 +1066,11 @@ def refuse_saved_tensor_mutation(
     """
     if joint is not None and not any(b.sym.id == prims.PrimIDs.GET_GRAD for b in joint.bound_symbols):
         return
+    matters = _changes_a_result(placed) if placed is not None else lambda r: True
     reads = [
         (w, r) for w, r in report.backward_reads_of_forward_writes
         if not (effect_of(w).writes and all(d.name in running_stats_only for d in effect_of(w).writes))
-        and (placed is None or _changes_a_result(r, placed))
+        and matters(r)
     ]  # fmt: skip
     if reads:
         write, read = reads[0]
