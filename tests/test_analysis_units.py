@@ -576,8 +576,6 @@ def test_saves_input_is_whether_eagers_backward_raises_after_a_write(name, fn, m
     assert checked == len(params)
 
 
-
-
 # -- zero cotangents ---------------------------------------------------------------------------
 
 
