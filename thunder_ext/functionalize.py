@@ -96,6 +96,7 @@ from thunder_ext.meta_calls import saves_input
 from thunder_ext.overlap import find_overlaps, is_plain_copy
 from thunder_ext.recording import at_source_of, call_again, record, record_again
 from thunder_ext.op_kinds import (
+    and_what_may_be_them,
     effect_of,
     is_copy,
     is_like_factory,
@@ -384,7 +385,8 @@ class _Functionalizer:
                         ):
                             first_grad_read[g] = i
         # Groups whose input the return hands back itself (the input, or an in-place op's output on it).
-        whole = self.may_be_whole(whole_tensor_versions(self.bsyms, info.inputs, info.effects))
+        # A ``contiguous`` of one may be the input object itself (``return a.contiguous()`` is ``a``).
+        whole = and_what_may_be_them(self.bsyms, whole_tensor_versions(self.bsyms, info.inputs, info.effects))
         returned_whole = {info.group_of(n) for b in self.bsyms if is_return(b) for n in returned_data(b) & whole}
         for g in sorted(info.mutated_groups & info.input_groups):
             names = members.get(g, ())
@@ -409,16 +411,6 @@ class _Functionalizer:
             ):
                 self.returned_with_history.add(g)
             out[g] = self.proxy_named(ins[0])
-        return out
-
-    def may_be_whole(self, whole: set[str]) -> set[str]:
-        """``whole`` and every name an op that :func:`may_be_its_input` makes of one: at run time it
-        may be the input object itself (``return a.contiguous()`` is ``a`` in eager)."""
-        out = set(whole)
-        for b in self.bsyms:
-            args = tensor_args(b)
-            if may_be_its_input(b) and args and args[0].name in out:
-                out.update(o.name for o in tensor_outs(b) if o.shape == args[0].shape and o.dtype == args[0].dtype)
         return out
 
     def epilogue_form(self, g: str, writes: list[int], last_read: dict[str, int]) -> bool:

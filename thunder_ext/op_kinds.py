@@ -108,6 +108,17 @@ def may_be_its_input(bsym: BoundSymbol) -> bool:
     return bool(origin_ids(bsym) & _may_be_its_input_ids())
 
 
+def and_what_may_be_them(bsyms, names) -> set[str]:
+    """``names`` and every name an op that :func:`may_be_its_input` makes of one, with its shape
+    and dtype: at run time it may be that tensor object itself."""
+    out = set(names)
+    for b in bsyms:
+        args = tensor_args(b)
+        if args and args[0].name in out and may_be_its_input(b):
+            out.update(o.name for o in tensor_outs(b) if o.shape == args[0].shape and o.dtype == args[0].dtype)
+    return out
+
+
 def is_return(bsym: BoundSymbol) -> bool:
     return bsym.sym.id == PrimIDs.RETURN
 

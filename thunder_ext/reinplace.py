@@ -81,7 +81,7 @@ from thunder.executors.torchex import ex as torchex
 
 from thunder_ext.alias_analysis import input_names, storage_groups
 from thunder_ext.meta_calls import call_on_meta, call_signature, memoized, position, torch_function
-from thunder_ext.op_kinds import may_be_its_input, returned_data, returned_to_caller
+from thunder_ext.op_kinds import and_what_may_be_them, returned_data, returned_to_caller
 
 # torch.nn.functional ops whose ``inplace=True`` form writes into their first argument.
 _INPLACE_FLAG: dict[str, Callable] = {
@@ -165,16 +165,6 @@ def runtime_aliases(bsym: BoundSymbol) -> list[tuple[TensorProxy, TensorProxy]]:
     if len(outs) == 1 and name in _INPLACE_FLAG and is_inplace_form(bsym) and isinstance(bsym.args[0], TensorProxy):
         return [(outs[0], bsym.args[0])]
     return []
-
-
-def _may_be_versions(versions: set[str], bsyms: list[BoundSymbol]) -> set[str]:
-    """``versions`` and what an op that :func:`thunder_ext.op_kinds.may_be_its_input` makes of one."""
-    out = set(versions)
-    for b in bsyms:
-        args = [a for a in b.flat_proxy_args if isinstance(a, TensorProxy)]
-        if args and args[0].name in out and may_be_its_input(b):
-            out.update(p.name for p in b.flat_proxy_outs if isinstance(p, TensorProxy))
-    return out
 
 
 def _same_layout_class(a: TensorProxy, b: TensorProxy) -> bool:
@@ -750,7 +740,7 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
             t0 = p.flat_proxy_outs[0]
             versions = versions | {t0.name}
         ret = bsyms[-1] if bsyms and is_return(bsyms[-1]) else None
-        if ret is not None and _may_be_versions(versions, bsyms) & returned_to_caller(ret):
+        if ret is not None and and_what_may_be_them(bsyms, versions) & returned_to_caller(ret):
             # The value itself is returned (functionalize.return_values: it carries the write's
             # history, the caller's tensor cannot), or a ``contiguous`` of it, which may be it:
             # in place, the output would be the input.
