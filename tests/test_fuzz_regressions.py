@@ -3438,10 +3438,11 @@ def write_through_contiguous_of_buffer_copied_then_buffer_updated(a, b, c, rm, r
     return (rm, c)
 
 
-@pytest.mark.xfail(strict=True, reason="open (soak seed 72000): rm comes back wrong with torch_compile_ex; plain Thunder right")
 def test_write_through_contiguous_of_buffer_copied_then_buffer_updated_torch_compile():
-    """Silently wrong with ``torch_compile_ex`` in both fusion types, no grad; plain Thunder and the
-    default executors are right.  Present before this session's changes (at ``c0dbe6b``)."""
+    """Soak seed 72000, silently wrong with ``torch_compile_ex`` in both fusion types, no grad;
+    plain Thunder right.  ``rv`` stays in place (written through ``contiguous``) and ``rm``'s value
+    is a clone of it in the region of the partial write, which Inductor removed: ``rm`` got the
+    update after it (the sixth family of ``InductorRegions.split_for_torch_compile``)."""
     make = lambda g: (torch.randn(4, 3), torch.randn(4, 3), torch.randn(4, 3), torch.randn(3), torch.rand(3) + 0.5)  # noqa: E731
     assert_matches_eager(write_through_contiguous_of_buffer_copied_then_buffer_updated, make, grad_modes=(False,),
                          configs=TORCH_COMPILE)
@@ -3450,3 +3451,49 @@ def test_write_through_contiguous_of_buffer_copied_then_buffer_updated_torch_com
 def test_write_through_contiguous_of_buffer_copied_then_buffer_updated_default_executors():
     make = lambda g: (torch.randn(4, 3), torch.randn(4, 3), torch.randn(4, 3), torch.randn(3), torch.rand(3) + 0.5)  # noqa: E731
     assert_matches_eager(write_through_contiguous_of_buffer_copied_then_buffer_updated, make, grad_modes=(False,))
+
+
+def _clone_after_write_through_contiguous(write):
+    def fn(x):
+        t0 = x.contiguous()  # x itself in eager: the transform keeps x in place
+        write(t0)
+        t = x.clone()
+        x.mul_(2)  # after the clone: t must not see it
+        return t
+
+    return fn
+
+
+PARTIAL_WRITES_THROUGH_CONTIGUOUS = {
+    "setitem": lambda t0: t0.__setitem__(0, -0.5),
+    "slice": lambda t0: t0[1:].add_(1),
+    "index_copy_": lambda t0: t0.index_copy_(0, torch.tensor([2]), torch.tensor([-0.5])),
+    "index_add_": lambda t0: t0.index_add_(0, torch.tensor([0, 2]), torch.tensor([1.0, -1.0])),
+}
+
+
+@pytest.mark.parametrize("write", sorted(PARTIAL_WRITES_THROUGH_CONTIGUOUS))
+def test_clone_after_partial_write_into_kept_input_is_a_copy_torch_compile(write):
+    """A clone of an input written in part, in the write's region, is the input itself once
+    Inductor is done (pytorch/pytorch#195451), so the later write reached the clone: plain Thunder
+    is wrong too.  The region ends before the clone."""
+    fn = _clone_after_write_through_contiguous(PARTIAL_WRITES_THROUGH_CONTIGUOUS[write])
+    assert_matches_eager(fn, lambda g: (torch.rand(3) + 0.5,), grad_modes=(False,), configs=TORCH_COMPILE)
+
+
+@pytest.mark.parametrize("write", ["setitem", "index_copy_"])
+def test_clone_after_partial_write_is_the_input_in_plain_torch_compile(write):
+    """The finding is Inductor's: ``x[0] = -0.5; t = x.clone(); x.mul_(2); return t`` compiled alone."""
+
+    def fn(x):
+        PARTIAL_WRITES_THROUGH_CONTIGUOUS[write](x)
+        t = x.clone()
+        x.mul_(2)
+        return t
+
+    x = torch.rand(3) + 0.5
+    want = fn(x.clone())
+    torch._dynamo.reset()
+    got = torch.compile(fn)(x)
+    torch._dynamo.reset()
+    assert got.data_ptr() == x.data_ptr() and not torch.equal(got, want)

@@ -58,6 +58,13 @@ SLICE_WRITES = frozenset({"setitem", "copy_with_setitem", "index_copy"})
 
 # Ops Inductor calls as library kernels (extern kernels) rather than generating code for: the
 # fifth family of ``InductorRegions.split_for_torch_compile``.
+# In-place writes Inductor lowers to a scatter into the input (with ``setitem_`` and writes
+# through a smaller view, what ``writes_part`` finds): the sixth family.
+INDEXED_WRITES = frozenset({"index_copy_", "index_add_", "index_put_"})
+
+# Ops that copy a whole tensor into new storage, which Inductor may remove (the sixth family).
+WHOLE_COPIES = frozenset({"clone"})
+
 EXTERN_KERNEL_READS = frozenset({
     "matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "einsum",
     "conv1d", "conv2d", "conv3d", "convolution", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
@@ -376,6 +383,15 @@ class InductorRegions(WalkPolicy):
         or an elementwise op as the reader, and a value used by nothing else come out right, so
         only a write into the input that uses such an operand starts a new region.
 
+        The sixth family: an input written in part (a slice, ``setitem_``, ``index_copy_``,
+        ``index_add_``, ``index_put_``), then cloned: Inductor removes the clone and hands out the
+        input itself, so a later write into the input reaches the copy (``x[0] = -0.5; t =
+        x.clone(); x.mul_(2); return t``, plain ``torch.compile`` too, torch 2.11; upstream
+        pytorch/pytorch#195451).  It reaches the transform's traces where the input is kept in
+        place (written through ``contiguous``) and a value snapshots it (``rm.copy_(t0)`` makes
+        ``rm``'s value a clone: soak seed 72000, where plain Thunder is right), so such a clone
+        starts a new region.
+
         Such a region is possible whether barriers are fused or not (with a backward they are
         not): where data edges already order the accesses no barrier stands between them
         (``rv.copy_(rm); rm += rv`` with grad).  So whenever ``torch_compile_ex`` is among the
@@ -403,6 +419,7 @@ class InductorRegions(WalkPolicy):
                and self.writes_part_of(g, bsym, effect)}
             | {g for g in self.rewritten_reads(bsym, effect) if (g, "derived_write") in self.region_ends}
             | {g for g in write_groups if self.writes_an_extern_kernels_operands(g, i, bsym)}
+            | {g for g in used if (g, "copy") in self.region_ends and str(bsym.sym.name) in WHOLE_COPIES}
             | aliased
         )
         if not touched:
@@ -647,6 +664,10 @@ class InductorRegions(WalkPolicy):
                 end = ends.get((g, "write"))
                 if end is None or (partial and not end.partial):
                     ends[(g, "write")] = _RegionEnd(bsym, outs[0], "writes with an input after the write", "write", partial)
+        if write_groups & self.input_groups() and (self.writes_part(bsym, effect) or str(bsym.sym.name) in INDEXED_WRITES):
+            # Sixth family: a later clone of the input in this region would hand out the input.
+            for g in sorted(write_groups & self.input_groups()):
+                ends.setdefault((g, "copy"), _RegionEnd(bsym, outs[0], "copies an input written in part by", "copy"))
         # What this bsym's outputs derive from: its own reads of inputs, and what its arguments
         # derive from; a write's output is the new version of its destination, not a read of it.
         derived = set().union(*(self.derived_from.get(p.name, ()) for p in tensor_args(bsym)))
