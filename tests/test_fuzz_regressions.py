@@ -3497,3 +3497,33 @@ def test_clone_after_partial_write_is_the_input_in_plain_torch_compile(write):
     got = torch.compile(fn)(x)
     torch._dynamo.reset()
     assert got.data_ptr() == x.data_ptr() and not torch.equal(got, want)
+
+
+# -- a write with grad through contiguous or a view of a non-leaf input is class 9's ----------
+
+
+def contiguous_of_grad_input_written_with_grad(a, b):
+    t0 = a.contiguous()  # a itself in eager
+    t0.add_(b)
+    return t0, a * 2
+
+
+def view_of_grad_input_written_with_grad(a, b):
+    t0 = a[1:]
+    t0.copy_(b[1:])
+    return a * 2
+
+
+@pytest.mark.parametrize("fn", [contiguous_of_grad_input_written_with_grad, view_of_grad_input_written_with_grad])
+def test_write_with_grad_through_a_view_of_a_non_leaf_input_is_class_9(fn):
+    """Were ``ViewGradientError`` (class 5: soak seeds 71000 and 72000), whose words claimed a wrong
+    gradient: the transform's values are eager's.  What it cannot give is the caller's tensor the
+    write's history, which is class 9 (``GradInputWriteError``), the soak's one allowed refusal
+    under grad.  Without grad, every cell is eager's."""
+
+    def make(g):
+        return (torch.randn(4, 3).requires_grad_(g) * 1, torch.randn(4, 3).requires_grad_(g))
+
+    cells = judge_function(fn, make, grad_modes=(True,), configs=ALL_CELLS).cells
+    assert cells and all(c.status == "refused" and "GradInputWriteError" in c.detail for c in cells), "\n".join(map(str, cells))
+    assert_answered_in_every_cell(fn, make, grad_modes=(False,))

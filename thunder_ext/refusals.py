@@ -90,7 +90,11 @@ def refuse_unsupported_gradients(
     group_of = stripped[1].group_of
     whole_inputs = frozenset(n for n in names if not (writes.get(group_of(n), 0) > 1 and group_of(n) in opaque))
     returned_whole = _with_whole_write_outputs(stripped, whole_inputs)
-    refuse_view_gradients(report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque)
+    grad_inputs = {group_of(a) for a in before.args if isinstance(a, TensorProxy) and a.requires_grad}
+    refuse_view_gradients(
+        report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque,
+        class_9=lambda b: writes_with_grad(b) and any(group_of(w) in grad_inputs for w in effect_of(b).writes),
+    )
     if inductor:
         refuse_opaque_view_written_twice(stripped, view_writes, diff, opaque)
         inputs_themselves = _with_whole_write_outputs(stripped, whole_inputs, contiguous=False)
@@ -400,8 +404,15 @@ def refuse_view_gradients(
     *,
     trace_inputs: frozenset[str] = frozenset(),
     opaque: Callable[[TensorProxy], bool] = lambda p: False,
+    class_9: Callable[[BoundSymbol], bool] = lambda b: False,
 ) -> None:
     """Class 5: gradients would flow through a view of a tensor mutated in place.
+
+    Not this class's: a write that class 9 refuses (``class_9``: with grad, into the storage of
+    an input that requires grad, :func:`refuse_written_grad_inputs`).  Its values are the input's
+    functional value, whose gradient is eager's; what cannot be given is the caller's tensor's
+    history, and class 9's words say so (``t0 = a.contiguous(); t0.add_(b)``, ``a`` a non-leaf:
+    soak seeds 71000 and 72000).
 
     Not refused: a read after a write made under no-grad, which has no history in eager.  The
     read differentiates into the tensor as it was (``t0 = a[:2]``, ``t0.mul_(2)`` under no-grad,
@@ -428,6 +439,8 @@ def refuse_view_gradients(
         # writes a value Thunder's VJP treats as constant.
         effect = effect_of(ar.write)
         no_grad_write = not writes_with_grad(ar.write)
+        if not no_grad_write and class_9(ar.write):
+            continue
         stale_view = is_return(ar.read) and opaque(ar.written)
         if no_grad_write and not stale_view:
             # The read, the return too, differentiates into the tensor as it was.  With
