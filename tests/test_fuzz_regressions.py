@@ -3514,15 +3514,24 @@ def view_of_grad_input_written_with_grad(a, b):
     return a * 2
 
 
-@pytest.mark.parametrize("fn", [contiguous_of_grad_input_written_with_grad, view_of_grad_input_written_with_grad])
+def input_written_with_its_contiguous(b):
+    t0 = b.contiguous()
+    b.copy_(t0)
+    return (t0,)
+
+
+@pytest.mark.parametrize(
+    "fn", [contiguous_of_grad_input_written_with_grad, view_of_grad_input_written_with_grad, input_written_with_its_contiguous]
+)
 def test_write_with_grad_through_a_view_of_a_non_leaf_input_is_class_9(fn):
-    """Were ``ViewGradientError`` (class 5: soak seeds 71000 and 72000), whose words claimed a wrong
+    """Were ``ViewGradientError`` (class 5: soak seeds 71000, 72000 and 73000), whose words claimed a wrong
     gradient: the transform's values are eager's.  What it cannot give is the caller's tensor the
     write's history, which is class 9 (``GradInputWriteError``), the soak's one allowed refusal
     under grad.  Without grad, every cell is eager's."""
 
     def make(g):
-        return (torch.randn(4, 3).requires_grad_(g) * 1, torch.randn(4, 3).requires_grad_(g))
+        a = torch.randn(4, 3).requires_grad_(g) * 1
+        return (a,) if fn is input_written_with_its_contiguous else (a, torch.randn(4, 3).requires_grad_(g))
 
     cells = judge_function(fn, make, grad_modes=(True,), configs=ALL_CELLS).cells
     assert cells and all(c.status == "refused" and "GradInputWriteError" in c.detail for c in cells), "\n".join(map(str, cells))
