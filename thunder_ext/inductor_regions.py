@@ -56,8 +56,6 @@ from thunder_ext.op_kinds import (
 # The ops functionalize turns a partial write into (a setitem; a scatter through a slice).
 SLICE_WRITES = frozenset({"setitem", "copy_with_setitem", "index_copy"})
 
-# Ops Inductor calls as library kernels (extern kernels) rather than generating code for: the
-# fifth family of ``InductorRegions.split_for_torch_compile``.
 # In-place writes Inductor lowers to a scatter into the input (with ``setitem_`` and writes
 # through a smaller view, what ``writes_part`` finds): the sixth family.
 INDEXED_WRITES = frozenset({"index_copy_", "index_add_", "index_put_"})
@@ -65,6 +63,8 @@ INDEXED_WRITES = frozenset({"index_copy_", "index_add_", "index_put_"})
 # Ops that copy a whole tensor into new storage, which Inductor may remove (the sixth family).
 WHOLE_COPIES = frozenset({"clone"})
 
+# Ops Inductor calls as library kernels (extern kernels) rather than generating code for: the
+# fifth family of ``InductorRegions.split_for_torch_compile``.
 EXTERN_KERNEL_READS = frozenset({
     "matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "einsum",
     "conv1d", "conv2d", "conv3d", "convolution", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",

@@ -90,10 +90,13 @@ def refuse_unsupported_gradients(
     group_of = stripped[1].group_of
     whole_inputs = frozenset(n for n in names if not (writes.get(group_of(n), 0) > 1 and group_of(n) in opaque))
     returned_whole = _with_whole_write_outputs(stripped, whole_inputs)
+    # The storage refuse_written_grad_inputs refuses below, whatever else holds: an input that
+    # requires grad, written with grad.
     grad_inputs = {group_of(a) for a in before.args if isinstance(a, TensorProxy) and a.requires_grad}
+    class_9 = grad_inputs & {group_of(w) for b, e in zip(stripped[0], stripped[1].effects) if writes_with_grad(b) for w in e.writes}
     refuse_view_gradients(
         report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque,
-        class_9=lambda b: writes_with_grad(b) and any(group_of(w) in grad_inputs for w in effect_of(b).writes),
+        class_9=lambda b: writes_with_grad(b) and any(group_of(w) in class_9 for w in effect_of(b).writes),
     )
     if inductor:
         refuse_opaque_view_written_twice(stripped, view_writes, diff, opaque)
@@ -408,11 +411,11 @@ def refuse_view_gradients(
 ) -> None:
     """Class 5: gradients would flow through a view of a tensor mutated in place.
 
-    Not this class's: a write that class 9 refuses (``class_9``: with grad, into the storage of
-    an input that requires grad, :func:`refuse_written_grad_inputs`).  Its values are the input's
-    functional value, whose gradient is eager's; what cannot be given is the caller's tensor's
-    history, and class 9's words say so (``t0 = a.contiguous(); t0.add_(b)``, ``a`` a non-leaf:
-    soak seeds 71000 and 72000).
+    Not this class's: a write that class 9 refuses in any case (``class_9``: with grad, into the
+    storage of an input that requires grad, :func:`refuse_written_grad_inputs`).  What cannot be
+    given there is the caller's tensor's history, and class 9's words say so, where this class's
+    would claim a wrong gradient through a view (``t0 = a.contiguous(); t0.add_(b)``, ``a`` a
+    non-leaf: soak seeds 71000 to 73000).
 
     Not refused: a read after a write made under no-grad, which has no history in eager.  The
     read differentiates into the tensor as it was (``t0 = a[:2]``, ``t0.mul_(2)`` under no-grad,
