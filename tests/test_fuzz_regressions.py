@@ -3536,3 +3536,21 @@ def test_write_with_grad_through_a_view_of_a_non_leaf_input_is_class_9(fn):
     cells = judge_function(fn, make, grad_modes=(True,), configs=ALL_CELLS).cells
     assert cells and all(c.status == "refused" and "GradInputWriteError" in c.detail for c in cells), "\n".join(map(str, cells))
     assert_answered_in_every_cell(fn, make, grad_modes=(False,))
+
+
+def test_contiguous_copy_after_partial_write_is_lost_in_plain_torch_compile():
+    """Why ``contiguous`` is among the sixth family's copies: of a non-contiguous input it copies,
+    and plain ``torch.compile`` loses that copy as it loses a clone (torch 2.11)."""
+
+    def fn(x):
+        x[0] = -0.5
+        t = x.contiguous()
+        x.mul_(2)
+        return t
+
+    x = torch.rand(3, 4).t()
+    want = fn(x.clone())
+    torch._dynamo.reset()
+    got = torch.compile(fn)(x)
+    torch._dynamo.reset()
+    assert not torch.equal(got, want)

@@ -60,8 +60,9 @@ SLICE_WRITES = frozenset({"setitem", "copy_with_setitem", "index_copy"})
 # through a smaller view, what ``writes_part`` finds): the sixth family.
 INDEXED_WRITES = frozenset({"index_copy_", "index_add_", "index_put_"})
 
-# Ops that copy a whole tensor into new storage, which Inductor may remove (the sixth family).
-WHOLE_COPIES = frozenset({"clone"})
+# Ops that copy a whole tensor into new storage, which Inductor may remove (the sixth family);
+# ``contiguous`` copies a non-contiguous input, and plain torch.compile loses that copy the same way.
+WHOLE_COPIES = frozenset({"clone", "contiguous"})
 
 # Ops Inductor calls as library kernels (extern kernels) rather than generating code for: the
 # fifth family of ``InductorRegions.split_for_torch_compile``.
