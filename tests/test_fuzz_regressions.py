@@ -3499,6 +3499,24 @@ def test_clone_after_partial_write_is_the_input_in_plain_torch_compile(write):
     assert got.data_ptr() == x.data_ptr() and not torch.equal(got, want)
 
 
+def test_contiguous_copy_after_partial_write_is_lost_in_plain_torch_compile():
+    """Why ``contiguous`` is among the sixth family's copies: of a non-contiguous input it copies,
+    and plain ``torch.compile`` loses that copy as it loses a clone (torch 2.11)."""
+
+    def fn(x):
+        x[0] = -0.5
+        t = x.contiguous()
+        x.mul_(2)
+        return t
+
+    x = torch.rand(3, 4).t()
+    want = fn(x.clone())
+    torch._dynamo.reset()
+    got = torch.compile(fn)(x)
+    torch._dynamo.reset()
+    assert not torch.equal(got, want)
+
+
 # -- a write with grad through contiguous or a view of a non-leaf input is class 9's ----------
 
 
@@ -3524,10 +3542,11 @@ def input_written_with_its_contiguous(b):
     "fn", [contiguous_of_grad_input_written_with_grad, view_of_grad_input_written_with_grad, input_written_with_its_contiguous]
 )
 def test_write_with_grad_through_a_view_of_a_non_leaf_input_is_class_9(fn):
-    """Were ``ViewGradientError`` (class 5: soak seeds 71000, 72000 and 73000), whose words claimed a wrong
-    gradient: the transform's values are eager's.  What it cannot give is the caller's tensor the
-    write's history, which is class 9 (``GradInputWriteError``), the soak's one allowed refusal
-    under grad.  Without grad, every cell is eager's."""
+    """Were ``ViewGradientError`` (class 5: soak seeds 71000, 72000 and 73000), whose words claimed a
+    wrong gradient through a view.  The write, with grad, is into the input itself (``contiguous``)
+    or its storage (a view); what cannot be given is the caller's tensor the write's history,
+    which is class 9 (``GradInputWriteError``), the soak's one allowed refusal under grad.
+    Without grad, every cell is eager's."""
 
     def make(g):
         a = torch.randn(4, 3).requires_grad_(g) * 1
@@ -3537,20 +3556,3 @@ def test_write_with_grad_through_a_view_of_a_non_leaf_input_is_class_9(fn):
     assert cells and all(c.status == "refused" and "GradInputWriteError" in c.detail for c in cells), "\n".join(map(str, cells))
     assert_answered_in_every_cell(fn, make, grad_modes=(False,))
 
-
-def test_contiguous_copy_after_partial_write_is_lost_in_plain_torch_compile():
-    """Why ``contiguous`` is among the sixth family's copies: of a non-contiguous input it copies,
-    and plain ``torch.compile`` loses that copy as it loses a clone (torch 2.11)."""
-
-    def fn(x):
-        x[0] = -0.5
-        t = x.contiguous()
-        x.mul_(2)
-        return t
-
-    x = torch.rand(3, 4).t()
-    want = fn(x.clone())
-    torch._dynamo.reset()
-    got = torch.compile(fn)(x)
-    torch._dynamo.reset()
-    assert not torch.equal(got, want)
