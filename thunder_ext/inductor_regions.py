@@ -332,7 +332,8 @@ class InductorRegions(WalkPolicy):
     def split_for_torch_compile(self, i: int, bsym: BoundSymbol, effect, write_groups: set[str]) -> None:
         """After a ``copy_`` out of a group, the group's next use goes to a new fusion region
         (torch.compile); after a write into an input, the next write that uses any input it read
-        or wrote does; after a read of an input, the next write into that input does.
+        or wrote does; after a read of an input, the next write into that input does; after a
+        write into part of an input, its next copy does.
 
         Inductor gets some in-place programs wrong inside one ``torch_compile_ex`` region,
         although data edges order everything:
