@@ -3556,3 +3556,26 @@ def test_write_with_grad_through_a_view_of_a_non_leaf_input_is_class_9(fn):
     assert cells and all(c.status == "refused" and "GradInputWriteError" in c.detail for c in cells), "\n".join(map(str, cells))
     assert_answered_in_every_cell(fn, make, grad_modes=(False,))
 
+
+
+# -- soak seed 74000 (--rotate, both executors, --jobs 2) ----------------------------------------
+
+
+def contiguous_of_input_written_with_grad_then_without(a, b):
+    a.copy_(b)  # a, which has no gradient, gets b's value and its history
+    with torch.no_grad():
+        a.mul_(b)  # eager keeps that history on a
+    return (a.contiguous(),)  # a itself in eager
+
+
+def test_returned_contiguous_of_input_written_with_grad_then_without_is_refused():
+    """Was silently wrong (soak seed 74000, default executors, grad; plain Thunder wrong too): the
+    output came back with no history, where eager's is ``a``'s, with the write's.  As for ``return
+    a`` itself, the caller's tensor cannot carry it: refused with the words of that case, in every
+    jit cell.  Without grad, every cell is eager's."""
+    make = lambda g: (torch.randn(4, 3), torch.randn(4, 3).requires_grad_(g))  # noqa: E731
+    cells = judge_function(contiguous_of_input_written_with_grad_then_without, make, grad_modes=(True,), configs=ALL_CELLS).cells
+    jit = [c for c in cells if c.config.entry == "jit"]
+    assert jit and all(c.status == "refused" and "is the input `a`" in c.detail for c in jit), "\n".join(map(str, cells))
+    assert all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    assert_answered_in_every_cell(contiguous_of_input_written_with_grad_then_without, make, grad_modes=(False,))

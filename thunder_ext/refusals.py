@@ -47,6 +47,7 @@ from thunder_ext.errors import (
     ViewGradientError,
 )
 from thunder_ext.op_kinds import (
+    and_what_may_be_them,
     copies_without_grad,
     describe,
     effect_of,
@@ -541,7 +542,9 @@ def refuse_returned_input_with_new_history(
     # A group one of whose versions was written with gradients keeps that history in eager even
     # after a later write made without grad (``b.copy_(a); with no_grad: b.lerp_(a, 0.1)``).
     with_history = {g for g, names in info.groups.members().items() if any(n in diff for n in names)}
-    whole = whole_tensor_versions(bsyms, input_names(trace), info.effects)
+    # And what contiguous makes of one: at run time the input itself, where it is contiguous
+    # (`a.copy_(b)`, a no-grad `a.mul_(b)`, `return a.contiguous()`: soak seed 74000).
+    whole = and_what_may_be_them(bsyms, whole_tensor_versions(bsyms, input_names(trace), info.effects))
     for out in tree_flatten(ret.args[0].get("output"))[0]:
         if (
             isinstance(out, TensorProxy)
