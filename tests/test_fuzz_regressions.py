@@ -1700,11 +1700,77 @@ def old_view_set_by_partial_slice_after_a_grad_write(a, b):
     return (t0 * 1, b, t1)
 
 
+# Soak seed 74000: a read of the old view recorded with grad makes eager rebuild its history from
+# its base's, and a write through it is then fine.  Reads that record nothing do not.
+
+
+def old_view_added_before_its_write(a, b):  # soak seed 74000, program 9211, shortened
+    t1 = b[:, ::2]
+    b.sub_(a)
+    t2 = t1 + t1  # rebuilds t1's history
+    t3 = b.mean(1)
+    t1.zero_()
+    return (t3, t2)
+
+
+def old_view_summed_before_its_write(a, b):
+    t0 = b[::2]
+    b.add_(a)
+    s = t0.sum()
+    t0.mul_(2)
+    return (s, b)
+
+
+def old_view_viewed_before_its_write(a, b):
+    t0 = b[1:]
+    b.copy_(a)
+    t1 = t0[0]  # a view of t0 made with grad rebuilds t0's history too
+    t0.add_(1.5)
+    return (t1 * 1, b)
+
+
+def old_view_compared_before_its_write(a, b):
+    t0 = b[::2]
+    b.add_(a)
+    m = t0 > 0  # no gradient: records nothing
+    t0.mul_(2)
+    return (a * 2, m)
+
+
+def old_view_detached_before_its_write(a, b):
+    t0 = b[::2]
+    b.add_(a)
+    d = t0.detach()
+    t0.mul_(2)
+    return (a * 2, d * 1)
+
+
+def old_view_read_under_no_grad_before_its_write(a, b):
+    t0 = b[::2]
+    b.add_(a)
+    with torch.no_grad():
+        s = t0 + t0
+    t0.mul_(2)
+    return (a * 2, s)
+
+
+def old_view_cast_to_its_own_dtype_before_its_write(a, b):
+    t0 = b[::2]
+    b.add_(a)
+    t1 = t0.to(torch.float32)  # t0 itself in eager
+    t0.mul_(2)
+    return (a * 2,)
+
+
 EAGER_REFUSES = [
     write_through_view_made_before_a_grad_write,
     write_through_transpose_made_before_a_slice_grad_write,
     write_through_view_of_private_made_before_a_grad_write,
     whole_old_view_set_after_a_grad_write,
+    old_view_compared_before_its_write,
+    old_view_detached_before_its_write,
+    old_view_read_under_no_grad_before_its_write,
+    old_view_cast_to_its_own_dtype_before_its_write,
 ]
 EAGER_ANSWERS = [
     read_of_view_made_before_a_grad_write,
@@ -1712,6 +1778,9 @@ EAGER_ANSWERS = [
     write_through_view_made_before_a_no_grad_write,
     old_view_set_by_index_after_a_grad_write,
     old_view_set_by_partial_slice_after_a_grad_write,
+    old_view_added_before_its_write,
+    old_view_summed_before_its_write,
+    old_view_viewed_before_its_write,
 ]
 
 
@@ -1730,17 +1799,22 @@ def test_write_through_view_older_than_its_gradient_is_refused_as_eager_does(fn)
         v = differential(lambda: (fn, make(True), {}), config)
         assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail
         assert "eager raises on this write" in str(error_in_chain(v.outcome.error, ViewGradientError))
-    # Through ThunderFX, Dynamo's fake-tensor run raises eager's error before Thunder sees a graph.
+    # Through ThunderFX, Dynamo's fake-tensor run raises eager's error before Thunder sees a graph;
+    # where it does not (it takes the no-op `to` for a new tensor), the ThunderFX rule refuses.
     v = differential(lambda: (fn, make(True), {}), replace(CONFIGS[1], entry="thunderfx"))
-    assert v.status == "crash" and "leaf Variable" in str(error_in_chain(v.outcome.error, RuntimeError)), v.detail
+    if fn is old_view_cast_to_its_own_dtype_before_its_write:
+        assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail
+    else:
+        assert v.status == "crash" and "leaf Variable" in str(error_in_chain(v.outcome.error, RuntimeError)), v.detail
 
 
 @pytest.mark.parametrize("fn", EAGER_ANSWERS, ids=lambda f: f.__name__)
 def test_views_eager_accepts_around_a_grad_write_are_answered(fn):
     """The shapes next to it that eager computes: a read of the old view, a view made after the
     write, a write through the old view after a write made under no_grad, and a setitem through the
-    old view whose key makes a new view (soak seed 62000).  Each is answered, with eager's values and
-    gradients."""
+    old view whose key makes a new view (soak seed 62000), and a write through the old view after
+    an op recorded with grad read it (soak seed 74000: was a ViewGradientError saying eager raises).
+    Each is answered, with eager's values and gradients."""
     from thunder_ext.testing.compare import execute
 
     make = lambda g: (_x(g), _x(False))  # noqa: E731
@@ -3568,14 +3642,30 @@ def contiguous_of_input_written_with_grad_then_without(a, b):
     return (a.contiguous(),)  # a itself in eager
 
 
-def test_returned_contiguous_of_input_written_with_grad_then_without_is_refused():
+def contiguous_of_input_written_with_grad_then_written_without(a, b):
+    a.copy_(b)
+    t = a.contiguous()  # a itself in eager
+    with torch.no_grad():
+        t.mul_(2)  # so t.mul_'s output is a too
+    return (t,)
+
+
+@pytest.mark.parametrize(
+    "fn", [contiguous_of_input_written_with_grad_then_without, contiguous_of_input_written_with_grad_then_written_without],
+    ids=lambda f: f.__name__,
+)
+def test_returned_contiguous_of_input_written_with_grad_then_without_is_refused(fn):
     """Was silently wrong (soak seed 74000, default executors, grad; plain Thunder wrong too): the
     output came back with no history, where eager's is ``a``'s, with the write's.  As for ``return
     a`` itself, the caller's tensor cannot carry it: refused with the words of that case, in every
-    jit cell.  Without grad, every cell is eager's."""
+    jit cell.  Without grad, every cell is eager's.
+
+    The second program was silently wrong in every jit cell after that fix: the check followed
+    ``contiguous`` from the input's versions, but not the versions of what ``contiguous`` made
+    (``op_kinds.whole_tensor_versions`` now follows both, in trace order)."""
     make = lambda g: (torch.randn(4, 3), torch.randn(4, 3).requires_grad_(g))  # noqa: E731
-    cells = judge_function(contiguous_of_input_written_with_grad_then_without, make, grad_modes=(True,), configs=ALL_CELLS).cells
+    cells = judge_function(fn, make, grad_modes=(True,), configs=ALL_CELLS).cells
     jit = [c for c in cells if c.config.entry == "jit"]
     assert jit and all(c.status == "refused" and "is the input `a`" in c.detail for c in jit), "\n".join(map(str, cells))
     assert all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
-    assert_answered_in_every_cell(contiguous_of_input_written_with_grad_then_without, make, grad_modes=(False,))
+    assert_answered_in_every_cell(fn, make, grad_modes=(False,))

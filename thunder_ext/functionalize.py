@@ -96,7 +96,6 @@ from thunder_ext.meta_calls import saves_input
 from thunder_ext.overlap import find_overlaps, is_plain_copy
 from thunder_ext.recording import at_source_of, call_again, record, record_again
 from thunder_ext.op_kinds import (
-    and_what_may_be_them,
     effect_of,
     is_copy,
     is_like_factory,
@@ -386,7 +385,7 @@ class _Functionalizer:
                             first_grad_read[g] = i
         # Groups whose input the return hands back itself (the input, or an in-place op's output on it).
         # A ``contiguous`` of one may be the input object itself (``return a.contiguous()`` is ``a``).
-        whole = and_what_may_be_them(self.bsyms, whole_tensor_versions(self.bsyms, info.inputs, info.effects))
+        whole = whole_tensor_versions(self.bsyms, info.inputs, info.effects, and_what_may_be_them=True)
         returned_whole = {info.group_of(n) for b in self.bsyms if is_return(b) for n in returned_data(b) & whole}
         for g in sorted(info.mutated_groups & info.input_groups):
             names = members.get(g, ())

@@ -146,13 +146,23 @@ def returned_to_caller(ret: BoundSymbol) -> set[str]:
     return returned_data(ret)
 
 
-def whole_tensor_versions(bsyms, names, effects=None) -> set[str]:
+def whole_tensor_versions(bsyms, names, effects=None, *, and_what_may_be_them: bool = False) -> set[str]:
     """``names`` and every name an in-place op on one of them returns for it: the same tensor
-    after the write, not a view of it.  ``effects``: the bsyms' effects, where known already."""
+    after the write, not a view of it.  ``effects``: the bsyms' effects, where known already.
+
+    With ``and_what_may_be_them``, also what an op that :func:`may_be_its_input` makes of one,
+    with its shape and dtype, and the versions of that in turn, in trace order: ``t =
+    a.contiguous(); t.mul_(2)`` returns what may be ``a`` itself.
+    """
     whole = set(names)
     for k, b in enumerate(bsyms):
         effect = effects[k] if effects is not None else effect_of(b)
-        whole.update(o.name for o, a in effect.aliases if a.name in whole and any(a is w for w in effect.writes))
+        maybe = and_what_may_be_them and may_be_its_input(b)
+        for o, a in effect.aliases:
+            if a.name not in whole:
+                continue
+            if any(a is w for w in effect.writes) or (maybe and o.shape == a.shape and o.dtype == a.dtype):
+                whole.add(o.name)
     return whole
 
 

@@ -38,6 +38,7 @@ from thunder.core.utils import producers
 from thunder_ext.alias_analysis import AliasInfo, TrackedViews, ViewUse, input_names, storage_groups, view_chain
 from thunder_ext.barriers import BarrierReport, strip_barriers
 from thunder_ext.copied_views import VIEWS_AUTODIFF_COPIES, autodiff_copies, is_detached
+from thunder_ext.identity_ops import is_identity
 from thunder_ext.errors import (
     GradInputWriteError,
     LostScalarWriteError,
@@ -47,7 +48,6 @@ from thunder_ext.errors import (
     ViewGradientError,
 )
 from thunder_ext.op_kinds import (
-    and_what_may_be_them,
     copies_without_grad,
     describe,
     effect_of,
@@ -59,6 +59,7 @@ from thunder_ext.op_kinds import (
     returned_data,
     tensor_args,
     tensor_outs,
+    view_kind,
     whole_tensor_versions,
     writes_with_grad,
 )
@@ -90,18 +91,16 @@ def refuse_unsupported_gradients(
     writes, opaque = _no_grad_view_writes(view_writes)
     group_of = stripped[1].group_of
     whole_inputs = frozenset(n for n in names if not (writes.get(group_of(n), 0) > 1 and group_of(n) in opaque))
-    returned_whole = _with_whole_write_outputs(stripped, whole_inputs)
-    # The storage refuse_written_grad_inputs refuses below, whatever else holds: an input that
-    # requires grad, written with grad.
-    grad_inputs = {group_of(a) for a in before.args if isinstance(a, TensorProxy) and a.requires_grad}
-    class_9 = grad_inputs & {group_of(w) for b, e in zip(stripped[0], stripped[1].effects) if writes_with_grad(b) for w in e.writes}
+    returned_whole = _inputs_themselves(stripped, whole_inputs)
+    # The storage refuse_written_grad_inputs refuses below, whatever else holds.
+    class_9 = frozenset(grad_writes_into_grad_inputs(before, stripped))
     refuse_view_gradients(
         report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque,
         class_9=lambda b: writes_with_grad(b) and any(group_of(w) in class_9 for w in effect_of(b).writes),
     )
     if inductor:
         refuse_opaque_view_written_twice(stripped, view_writes, diff, opaque)
-        inputs_themselves = _with_whole_write_outputs(stripped, whole_inputs, contiguous=False)
+        inputs_themselves = _inputs_themselves(stripped, whole_inputs, contiguous=False)
         refuse_opaque_view_used_after_its_write(
             stripped, view_writes, diff, opaque, inputs_themselves, returned_whole, kept=_made_names(after)
         )
@@ -212,7 +211,7 @@ def _no_grad_writes_through_input_views(stripped: tuple[list[BoundSymbol], Alias
     for k, b in enumerate(bsyms):
         for o in b.flat_proxy_outs:
             made_at.setdefault(o.name, k)
-    inputs_themselves = _with_whole_write_outputs(stripped, frozenset(info.inputs), contiguous=False)
+    inputs_themselves = _inputs_themselves(stripped, frozenset(info.inputs), contiguous=False)
     for b, effect in zip(bsyms, info.effects):
         if writes_with_grad(b):
             continue
@@ -368,7 +367,7 @@ def _removed_as_dead(bsym: BoundSymbol, kept: frozenset[str]) -> bool:
     return bool(outs) and not effect_of(bsym).writes and not outs & kept
 
 
-def _with_whole_write_outputs(
+def _inputs_themselves(
     stripped: tuple[list[BoundSymbol], AliasInfo], whole: frozenset[str], *, contiguous: bool = True
 ) -> frozenset[str]:
     """``whole`` (input names) and the outputs of in-place ops that write one of them whole and
@@ -378,13 +377,7 @@ def _with_whole_write_outputs(
     time the input itself, or a copy of it, never a view a region would hand on (``t0 =
     a.contiguous()``, ``t0.lerp_(a, 0.1)`` under no-grad: soak seeds 69000 and 70000); not with
     ``contiguous=False``."""
-    names = set(whole)
-    for b, effect in zip(stripped[0], stripped[1].effects):
-        for o, a in effect.aliases:
-            if a.name in names and tuple(o.shape) == tuple(a.shape) and o.dtype == a.dtype:
-                if any(a is w for w in effect.writes) or (contiguous and may_be_its_input(b)):
-                    names.add(o.name)
-    return frozenset(names)
+    return frozenset(whole_tensor_versions(stripped[0], whole, stripped[1].effects, and_what_may_be_them=contiguous))
 
 
 def _becomes_a_reshape(bsym: BoundSymbol) -> bool:
@@ -544,7 +537,7 @@ def refuse_returned_input_with_new_history(
     with_history = {g for g, names in info.groups.members().items() if any(n in diff for n in names)}
     # And what contiguous makes of one: at run time the input itself, where it is contiguous
     # (`a.copy_(b)`, a no-grad `a.mul_(b)`, `return a.contiguous()`: soak seed 74000).
-    whole = and_what_may_be_them(bsyms, whole_tensor_versions(bsyms, input_names(trace), info.effects))
+    whole = whole_tensor_versions(bsyms, input_names(trace), info.effects, and_what_may_be_them=True)
     for out in tree_flatten(ret.args[0].get("output"))[0]:
         if (
             isinstance(out, TensorProxy)
@@ -601,6 +594,11 @@ def refuse_writes_through_views_older_than_their_gradient(diff: set[str], stripp
     did the transform (soak seed 17000).  A view made after the write (``b[::2] += 1``), a read
     of the old view, and a write to it under ``torch.no_grad()`` are all fine in eager, and
     here.
+
+    Nor does eager raise once the old view has been an input of an op recorded with grad
+    (``v = b[::2]; b.add_(a); w = v + v; v.zero_()``): recording reads the view's ``grad_fn``,
+    which eager then rebuilds from its base's new history (soak seed 74000).  Not every read
+    rebuilds it (:func:`_rebuilds_view_history`).
     """
     bsyms, info = stripped
     young: dict[str, str] = {}  # view -> its group: made from a value without gradient, before any gradient write
@@ -613,10 +611,8 @@ def refuse_writes_through_views_older_than_their_gradient(diff: set[str], stripp
                 g = info.group_of(o)
                 if g not in carries and a.name not in diff:
                     young[o.name] = g
-            continue
-        if not effect.writes:
-            continue
-        with_grad = writes_with_grad(b)
+        written = {w.name for w in effect.writes}
+        with_grad = bool(written) and writes_with_grad(b)
         for w in effect.writes:
             if with_grad and view_of.get(w.name, w.name) in stale and not _sets_through_a_new_view(b):
                 raise ViewGradientError(
@@ -626,6 +622,10 @@ def refuse_writes_through_views_older_than_their_gradient(diff: set[str], stripp
                     "write under torch.no_grad() if no gradient should flow through it",
                     b,
                 )
+        if stale and _rebuilds_view_history(b, effect):  # before this write makes views stale
+            for p in tensor_args(b):
+                if p.name not in written:
+                    stale.pop(view_of.get(p.name, p.name), None)
         for w in effect.writes:
             g = info.group_of(w)
             view = view_of.get(w.name, w.name)
@@ -636,6 +636,28 @@ def refuse_writes_through_views_older_than_their_gradient(diff: set[str], stripp
                 stale.update((v, b) for v, vg in young.items() if vg == g and v != view)
             for o in new:  # the write's output is the same view (soak seed 38000: `t1.add_(1.5)` first)
                 view_of[o.name] = view
+
+
+# Views that eager records without reading their input's grad_fn: a later write through the
+# old view still raises after them (measured: ``w = v.detach(); v.zero_()`` raises).
+_VIEWS_WITHOUT_HISTORY = frozenset({"detach"})
+
+
+def _rebuilds_view_history(bsym: BoundSymbol, effect) -> bool:
+    """``bsym``, recorded with grad, makes eager rebuild the ``grad_fn`` of each view it reads.
+
+    Measured on torch 2.11: ``v + v``, ``v.sum()``, ``v.clone()``, ``v[0]``, ``v.t()`` and
+    ``v.to(torch.float64)`` rebuild it; ``v > 0`` (no gradient), ``v.detach()``, a no-op
+    ``v.to(torch.float32)`` (it is ``v``) and any read under ``torch.no_grad()`` do not.  Where
+    unsure (``contiguous``, which may be ``v``), this says no, and the refusal stands.
+    """
+    if _without_grad(bsym, effect) or is_return(bsym):
+        return False
+    if effect.is_view and not effect.writes:
+        return view_kind(bsym) == "view" and bsym.sym.name not in _VIEWS_WITHOUT_HISTORY and not is_identity(bsym, effect)
+    if effect.aliases and not effect.writes:
+        return False
+    return any(dtypes.is_inexact_dtype(o.dtype) for o in tensor_outs(bsym))
 
 
 def _sets_through_a_new_view(bsym: BoundSymbol) -> bool:
@@ -782,6 +804,26 @@ def _returned_outputs(bsyms: Sequence[BoundSymbol]) -> list[TensorProxy]:
     return [p for p in tree_flatten(value)[0] if isinstance(p, TensorProxy)]
 
 
+def grad_writes_into_grad_inputs(trace: TraceCtx, stripped: tuple[list[BoundSymbol], AliasInfo]) -> dict[str, BoundSymbol]:
+    """Storage group of an input that requires grad -> the first write into it made with grad.
+
+    What class 9 refuses, whatever else holds: :func:`refuse_written_grad_inputs` raises for
+    each, and class 5 (:func:`refuse_view_gradients`) leaves these writes to it.
+    """
+    bsyms, info = stripped
+    grad_groups = {info.group_of(a) for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad}
+    first: dict[str, BoundSymbol] = {}
+    if not grad_groups:
+        return first
+    for b, e in zip(bsyms, info.effects):
+        if e.writes and writes_with_grad(b):
+            for w in e.writes:
+                g = info.group_of(w)
+                if g in grad_groups:
+                    first.setdefault(g, b)
+    return first
+
+
 def refuse_written_grad_inputs(
     trace: TraceCtx, stripped: tuple[list[BoundSymbol], AliasInfo] | None = None
 ) -> GradInputWriteError | None:
@@ -799,21 +841,15 @@ def refuse_written_grad_inputs(
     depends on is returned instead, for the caller to raise after the more specific refusals
     (:func:`refuse_writes_through_grad_input_views`).
     """
-    grad_inputs = [a for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad]
-    if not grad_inputs:
+    stripped = stripped or stripped_storage(trace)
+    first_writes = grad_writes_into_grad_inputs(trace, stripped)
+    if not first_writes:
         return None
     independent = None
-    bsyms, info = stripped or stripped_storage(trace)
+    bsyms, info = stripped
     outputs = _returned_outputs(bsyms)
-    for x in grad_inputs:
-        write = next(
-            (
-                b
-                for b, e in zip(bsyms, info.effects)
-                if writes_with_grad(b) and any(info.group_of(w) == info.group_of(x) for w in e.writes)
-            ),
-            None,
-        )
+    for x in (a for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad):
+        write = first_writes.get(info.group_of(x))
         if write is None:
             continue
         # Everything computed from x's storage, before or after the write.
