@@ -1762,6 +1762,14 @@ def old_view_cast_to_its_own_dtype_before_its_write(a, b):
     return (a * 2,)
 
 
+def old_view_shaped_like_before_its_write(a, b):
+    t0 = b[::2]
+    b.add_(a)
+    z = torch.zeros_like(t0)  # reads t0's metadata only: records nothing
+    t0.mul_(2)
+    return (a * 2, z)
+
+
 EAGER_REFUSES = [
     write_through_view_made_before_a_grad_write,
     write_through_transpose_made_before_a_slice_grad_write,
@@ -1771,6 +1779,7 @@ EAGER_REFUSES = [
     old_view_detached_before_its_write,
     old_view_read_under_no_grad_before_its_write,
     old_view_cast_to_its_own_dtype_before_its_write,
+    old_view_shaped_like_before_its_write,
 ]
 EAGER_ANSWERS = [
     read_of_view_made_before_a_grad_write,

@@ -202,10 +202,16 @@ def view_kind(bsym: BoundSymbol) -> str | None:
     if ids & views:
         return "view"
     if ids & maybe:
-        return "maybe"
+        # Of these only ``to`` changes dtype or device, and then it always copies.
+        return None if _changes_dtype_or_device(bsym) else "maybe"
     if _unlisted_view(bsym, ids):
         return "view"
     return None
+
+
+def _changes_dtype_or_device(bsym: BoundSymbol) -> bool:
+    args, outs = tensor_args(bsym), tensor_outs(bsym)
+    return bool(args and outs) and all(o.dtype != args[0].dtype or o.device != args[0].device for o in outs)
 
 
 def is_auto_registered(bsym: BoundSymbol, ids: frozenset | None = None) -> bool:

@@ -648,11 +648,12 @@ def _rebuilds_view_history(bsym: BoundSymbol, effect) -> bool:
 
     Measured on torch 2.11: ``v + v``, ``v.sum()``, ``v.clone()``, ``v[0]``, ``v.t()`` and
     ``v.to(torch.float64)`` rebuild it; ``v > 0`` (no gradient), ``v.detach()``, a no-op
-    ``v.to(torch.float32)`` (it is ``v``) and any read under ``torch.no_grad()`` do not.  Where
+    ``v.to(torch.float32)`` (it is ``v``), ``torch.zeros_like(v)`` and any read under
+    ``torch.no_grad()`` do not.  Where
     unsure (``contiguous``, which may be ``v``), this says no, and the refusal stands.
     """
-    if _without_grad(bsym, effect) or is_return(bsym):
-        return False
+    if _without_grad(bsym, effect) or is_return(bsym) or is_like_factory(bsym):
+        return False  # a factory like v (zeros_like) reads its metadata only, and records nothing
     if effect.is_view and not effect.writes:
         return view_kind(bsym) == "view" and bsym.sym.name not in _VIEWS_WITHOUT_HISTORY and not is_identity(bsym, effect)
     if effect.aliases and not effect.writes:
