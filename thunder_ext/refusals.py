@@ -38,7 +38,6 @@ from thunder.core.utils import producers
 from thunder_ext.alias_analysis import AliasInfo, TrackedViews, ViewUse, input_names, storage_groups, view_chain
 from thunder_ext.barriers import BarrierReport, strip_barriers
 from thunder_ext.copied_views import VIEWS_AUTODIFF_COPIES, autodiff_copies, is_detached
-from thunder_ext.identity_ops import is_identity
 from thunder_ext.errors import (
     GradInputWriteError,
     LostScalarWriteError,
@@ -47,6 +46,7 @@ from thunder_ext.errors import (
     SavedTensorMutationError,
     ViewGradientError,
 )
+from thunder_ext.identity_ops import is_identity
 from thunder_ext.op_kinds import (
     copies_without_grad,
     describe,
@@ -649,8 +649,8 @@ def _rebuilds_view_history(bsym: BoundSymbol, effect) -> bool:
     Measured on torch 2.11: ``v + v``, ``v.sum()``, ``v.clone()``, ``v[0]``, ``v.t()`` and
     ``v.to(torch.float64)`` rebuild it; ``v > 0`` (no gradient), ``v.detach()``, a no-op
     ``v.to(torch.float32)`` (it is ``v``), ``torch.zeros_like(v)`` and any read under
-    ``torch.no_grad()`` do not.  Where
-    unsure (``contiguous``, which may be ``v``), this says no, and the refusal stands.
+    ``torch.no_grad()`` do not.  Where unsure (``contiguous``, which may be ``v``), this says no,
+    and the refusal stands.
     """
     if _without_grad(bsym, effect) or is_return(bsym) or is_like_factory(bsym):
         return False  # a factory like v (zeros_like) reads its metadata only, and records nothing
