@@ -93,7 +93,8 @@ def refuse_unsupported_gradients(
     whole_inputs = frozenset(n for n in names if not (writes.get(group_of(n), 0) > 1 and group_of(n) in opaque))
     returned_whole = _inputs_themselves(stripped, whole_inputs)
     # The storage refuse_written_grad_inputs refuses below, whatever else holds.
-    class_9 = frozenset(grad_writes_into_grad_inputs(before, stripped))
+    first_grad_writes = grad_writes_into_grad_inputs(before, stripped)
+    class_9 = frozenset(first_grad_writes)
     refuse_view_gradients(
         report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque,
         class_9=lambda b: writes_with_grad(b) and any(group_of(w) in class_9 for w in effect_of(b).writes),
@@ -113,7 +114,7 @@ def refuse_unsupported_gradients(
     refuse_gradless_overwrite(before, diff, stripped, made_values=made_values)
     refuse_writes_through_views_older_than_their_gradient(diff, stripped)
     refuse_kept_writes_whose_backward_reads_the_old_value(after, diff, placed)
-    independent = refuse_written_grad_inputs(before, stripped)
+    independent = refuse_written_grad_inputs(before, stripped, first_grad_writes)
     refuse_running_stats_with_grad(before, diff)
     refuse_writes_through_grad_input_views(before, stripped, nvfuser_may_run=nvfuser_may_run)
     refuse_multi_output_views_across_writes(before, stripped, diff)
@@ -826,7 +827,9 @@ def grad_writes_into_grad_inputs(trace: TraceCtx, stripped: tuple[list[BoundSymb
 
 
 def refuse_written_grad_inputs(
-    trace: TraceCtx, stripped: tuple[list[BoundSymbol], AliasInfo] | None = None
+    trace: TraceCtx,
+    stripped: tuple[list[BoundSymbol], AliasInfo] | None = None,
+    first_writes: dict[str, BoundSymbol] | None = None,
 ) -> GradInputWriteError | None:
     """Class 9: refuse a write with grad enabled to an input that requires grad.
 
@@ -840,10 +843,12 @@ def refuse_written_grad_inputs(
 
     Raises where an output depends on the written input; the refusal of a write no output
     depends on is returned instead, for the caller to raise after the more specific refusals
-    (:func:`refuse_writes_through_grad_input_views`).
+    (:func:`refuse_writes_through_grad_input_views`).  ``first_writes``:
+    :func:`grad_writes_into_grad_inputs`, where the caller has it already.
     """
     stripped = stripped or stripped_storage(trace)
-    first_writes = grad_writes_into_grad_inputs(trace, stripped)
+    if first_writes is None:
+        first_writes = grad_writes_into_grad_inputs(trace, stripped)
     if not first_writes:
         return None
     independent = None
