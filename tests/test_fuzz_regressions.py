@@ -1770,6 +1770,53 @@ def old_view_shaped_like_before_its_write(a, b):
     return (a * 2, z)
 
 
+# Ops that may return a view or a copy: ``reshape`` records either way, ``flatten`` unless it keeps
+# the rank (then it is ``t0`` itself); ``view_as`` is a view.  Each value below is read only before
+# the next write, or is a true view, so strides the trace does not record cannot change the answer.
+
+
+def old_view_reshaped_before_its_write(a, b):
+    t0 = b[::2]
+    b.add_(a)
+    w = t0.reshape(-1)  # a copy here (t0 is not contiguous)
+    s = w * 3
+    t0.mul_(2)
+    return (s, b)
+
+
+def old_column_reshaped_before_its_write(a, b):
+    t0 = b[:, 1]
+    b.add_(a)
+    w = t0.reshape(-1)  # a view here (t0 is 1-D)
+    s = w * 3
+    t0.mul_(2)
+    return (s, b)
+
+
+def old_view_flattened_before_its_write(a, b):
+    t0 = b[::2]
+    b.add_(a)
+    s = t0.flatten().cos()
+    t0.mul_(2)
+    return (s, b * 1)
+
+
+def old_view_viewed_as_itself_before_its_write(a, b):
+    t0 = b[::2]
+    b.add_(a)
+    w = t0.view_as(t0)
+    t0.mul_(2)
+    return (w * 1, b)
+
+
+def old_column_flattened_before_its_write(a, b):
+    t0 = b[:, 1]
+    b.add_(a)
+    w = t0.flatten()  # t0 itself in eager (1-D): records nothing
+    t0.mul_(2)
+    return (a * 2, w * 1)
+
+
 EAGER_REFUSES = [
     write_through_view_made_before_a_grad_write,
     write_through_transpose_made_before_a_slice_grad_write,
@@ -1780,6 +1827,7 @@ EAGER_REFUSES = [
     old_view_read_under_no_grad_before_its_write,
     old_view_cast_to_its_own_dtype_before_its_write,
     old_view_shaped_like_before_its_write,
+    old_column_flattened_before_its_write,
 ]
 EAGER_ANSWERS = [
     read_of_view_made_before_a_grad_write,
@@ -1790,6 +1838,10 @@ EAGER_ANSWERS = [
     old_view_added_before_its_write,
     old_view_summed_before_its_write,
     old_view_viewed_before_its_write,
+    old_view_reshaped_before_its_write,
+    old_column_reshaped_before_its_write,
+    old_view_flattened_before_its_write,
+    old_view_viewed_as_itself_before_its_write,
 ]
 
 
@@ -1809,9 +1861,10 @@ def test_write_through_view_older_than_its_gradient_is_refused_as_eager_does(fn)
         assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail
         assert "eager raises on this write" in str(error_in_chain(v.outcome.error, ViewGradientError))
     # Through ThunderFX, Dynamo's fake-tensor run raises eager's error before Thunder sees a graph;
-    # where it does not (it takes the no-op `to` for a new tensor), the ThunderFX rule refuses.
+    # where it does not (it takes the no-op `to`, or `flatten` of a 1-D view, for a new tensor), the
+    # ThunderFX rule refuses.
     v = differential(lambda: (fn, make(True), {}), replace(CONFIGS[1], entry="thunderfx"))
-    if fn is old_view_cast_to_its_own_dtype_before_its_write:
+    if fn in (old_view_cast_to_its_own_dtype_before_its_write, old_column_flattened_before_its_write):
         assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail
     else:
         assert v.status == "crash" and "leaf Variable" in str(error_in_chain(v.outcome.error, RuntimeError)), v.detail
@@ -1830,6 +1883,33 @@ def test_views_eager_accepts_around_a_grad_write_are_answered(fn):
     assert execute(fn, list(make(True)), {}).error is None
     cells = judge_function(fn, make, configs=(*CONFIGS, *TORCH_COMPILE)).cells
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+def old_view_made_contiguous_before_its_write(a, b):
+    t0 = b[::2]
+    b.add_(a)
+    w = t0.contiguous()  # a copy for this layout (eager rebuilds t0's history); t0 itself if t0 were contiguous
+    s = w * 3
+    t0.mul_(2)
+    return (s, b)
+
+
+def test_old_view_made_contiguous_before_its_write_is_refused_without_claiming_eager_raises():
+    """``contiguous`` returns its input itself when that is contiguous, which depends on strides the
+    trace does not record: eager then raises on the write, and accepts it after a copy, as here.
+    The refusal stands (plain Thunder crashes), and its words say both, not that eager raises."""
+    from thunder_ext import ViewGradientError
+    from thunder_ext.testing.compare import error_in_chain, execute
+
+    fn = old_view_made_contiguous_before_its_write
+    make = lambda g: (_x(g), _x(False))  # noqa: E731
+    assert execute(fn, list(make(True)), {}).error is None  # this layout copies
+    assert_matches_eager(fn, make, grad_modes=(False,), configs=(*CONFIGS, *TORCH_COMPILE))
+    for config in (*CONFIGS, *TORCH_COMPILE):
+        v = differential(lambda: (fn, make(True), {}), config)
+        error = error_in_chain(v.outcome.error, ViewGradientError)
+        assert v.status == "refused" and error is not None, v.detail
+        assert "unless `w = contiguous`" in str(error) and "strides the trace does not record" in str(error)
 
 
 def no_grad_write_through_view_of_grad_input_nothing_differentiable_returned(a, rv):
@@ -3678,3 +3758,156 @@ def test_returned_contiguous_of_input_written_with_grad_then_without_is_refused(
     assert jit and all(c.status == "refused" and "is the input `a`" in c.detail for c in jit), "\n".join(map(str, cells))
     assert all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
     assert_answered_in_every_cell(fn, make, grad_modes=(False,))
+
+
+# -- soak seed 78000 ---------------------------------------------------------------------------
+
+
+def split_set_after_its_base_got_a_gradient(a, c):  # soak seed 78000, shortened
+    t0 = c.split(2)[1]
+    c.copy_(a)
+    t0[1:] = -0.5  # eager raises: t0 was made while c had no gradient
+    return (c,)
+
+
+def split_read_after_its_base_got_a_gradient(a, c):
+    t0 = c.split(2)[1]
+    c.copy_(a)
+    return (t0 * 2,)  # eager raises here too
+
+
+def split_viewed_after_its_base_got_a_gradient(a, c):
+    t0 = c.split(2)[1]
+    c.copy_(a)
+    t1 = t0[1:]
+    return (t1 * 2, a * 1)
+
+
+SPLIT_EAGER_REFUSES = [
+    split_set_after_its_base_got_a_gradient,
+    split_read_after_its_base_got_a_gradient,
+    split_viewed_after_its_base_got_a_gradient,
+]
+
+
+def split_set_after_its_base_was_written_without_gradient(a, c):
+    t0 = c.split(2)[1]
+    c.mul_(2)
+    t0[1:] = -0.5
+    return (c * a,)
+
+
+def split_compared_after_its_base_got_a_gradient(a, c):
+    t0 = c.split(2)[1]
+    c.copy_(a)
+    m = t0 > 0  # records nothing: eager answers
+    return (m, c * 1)
+
+
+def split_read_under_no_grad_after_its_base_got_a_gradient(a, c):
+    t0 = c.split(2)[1]
+    c.copy_(a)
+    with torch.no_grad():
+        s = t0 * 2
+    return (s, c * 1)
+
+
+SPLIT_EAGER_ANSWERS = [
+    split_set_after_its_base_was_written_without_gradient,
+    split_compared_after_its_base_got_a_gradient,
+    split_read_under_no_grad_after_its_base_got_a_gradient,
+]
+
+
+@pytest.mark.parametrize("fn", SPLIT_EAGER_REFUSES, ids=lambda f: f.__name__)
+def test_split_made_before_its_base_got_a_gradient_is_refused_as_eager_refuses(fn):
+    """A missed refusal (soak seed 78000, every jit cell with grad; plain Thunder wrong or crashing):
+    an output of ``split`` made while its storage had no gradient is one eager marks as made without
+    grad; once a write with grad gives the storage a gradient, eager raises on every use of it
+    recorded with grad ("A view was created in no_grad mode and its base ... has been modified
+    inplace with grad mode enabled"), a setitem through a new view of it included."""
+    from thunder_ext import ViewGradientError
+    from thunder_ext.testing.compare import error_in_chain, execute
+
+    make = lambda g: (_x(g), _x(False))  # noqa: E731
+    assert execute(fn, list(make(True)), {}).error is not None
+    assert_matches_eager(fn, make, grad_modes=(False,), configs=(*CONFIGS, *TORCH_COMPILE))
+    for config in (*CONFIGS, *TORCH_COMPILE):
+        v = differential(lambda: (fn, make(True), {}), config)
+        error = error_in_chain(v.outcome.error, ViewGradientError)
+        assert v.status == "refused" and error is not None, v.detail
+        assert "which returns several views, made before" in str(error)
+
+
+@pytest.mark.parametrize("fn", SPLIT_EAGER_ANSWERS, ids=lambda f: f.__name__)
+def test_split_uses_eager_accepts_around_its_base_write_are_answered(fn):
+    """Next to it, what eager computes: a write of no gradient into the storage, a use that records
+    nothing (``t0 > 0``), a use under no-grad."""
+    from thunder_ext.testing.compare import execute
+
+    make = lambda g: (_x(g), _x(False))  # noqa: E731
+    assert execute(fn, list(make(True)), {}).error is None
+    cells = judge_function(fn, make, configs=(*CONFIGS, *TORCH_COMPILE)).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+def no_grad_write_through_old_view_of_storage_with_gradient(a, c):
+    t0 = c[2:]
+    c.add_(a)  # c's storage now carries a gradient; t0's name does not
+    with torch.no_grad():
+        t0.mul_(2)  # eager: the values change, the history does not
+    return (c * 1,)
+
+
+def no_grad_setitem_through_old_view_of_storage_with_gradient(a, c):
+    t0 = c[2:]
+    c.add_(a)
+    with torch.no_grad():
+        t0[1:] = -0.5
+    return (c * a,)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [no_grad_write_through_old_view_of_storage_with_gradient, no_grad_setitem_through_old_view_of_storage_with_gradient],
+    ids=lambda f: f.__name__,
+)
+def test_no_grad_write_through_a_view_older_than_its_storage_gradient_keeps_the_gradient(fn):
+    """Was silently wrong (found by varying soak seed 78000's program; every cell with grad): a
+    no-grad write through a view made before its storage got a gradient became a value, which
+    dropped the storage's history (gradient ``None`` where eager's is a tensor).  The write now
+    stays in place behind a straight-through barrier, as a no-grad write into a tensor that carries
+    a gradient by name does, and the gradient is eager's."""
+    assert_matches_eager(fn, lambda g: (_x(g), _x(False)), configs=(*CONFIGS, *TORCH_COMPILE))
+
+
+def no_grad_write_through_old_view_of_private_storage_then_read(a, c):
+    t = c * 1
+    v = t[2:]  # made while t had no gradient
+    t.add_(a)
+    with torch.no_grad():
+        v.mul_(2)
+    return (v * 1,)  # eager: v's history is rebuilt from t's, so `a` gets a gradient through it
+
+
+def no_grad_write_through_old_view_of_private_storage_then_both_read(a, c):
+    t = c * 1
+    v = t[2:]
+    t.add_(a)
+    with torch.no_grad():
+        v.mul_(2)
+    return (t * a, v * 1)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [no_grad_write_through_old_view_of_private_storage_then_read, no_grad_write_through_old_view_of_private_storage_then_both_read],
+    ids=lambda f: f.__name__,
+)
+def test_a_view_made_before_its_base_got_a_gradient_gets_the_base_history(fn):
+    """Was silently wrong (found by varying soak seed 78000's program; plain Thunder crashes or is
+    wrong): ``v``, made before ``t`` got a gradient, was not made again after ``t.add_(a)``, as its
+    own name carries no gradient, so its later read (after a no-grad write through it) had no
+    history.  Eager rebuilds it from ``t``'s; the view made again after the write now has it too
+    (``copied_views.replay_views_after_grad_writes``)."""
+    assert_matches_eager(fn, lambda g: (_x(g), _x(False)), configs=(*CONFIGS, *TORCH_COMPILE))

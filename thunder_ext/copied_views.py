@@ -167,9 +167,10 @@ class _Root:
 def replay_views_after_grad_writes(
     new_trace: TraceCtx, bsyms: Sequence[BoundSymbol], inputs: set[str], differentiable: frozenset[str], effects=None
 ) -> tuple[list[BoundSymbol], CopiedViewsReport]:
-    """``bsyms`` with every use of a differentiable view, made before a write with a gradient into
-    its base as a whole, rewritten to use the view made again after that write, from the base's
-    newest version.  ``new_trace`` names the new proxies; the input list is never mutated.
+    """``bsyms`` with every use of a view, made before a write with a gradient into its base as a
+    whole, rewritten to use the view made again after that write, from the base's newest version
+    (also a view whose own name carries no gradient: its base had none when it was made).
+    ``new_trace`` names the new proxies; the input list is never mutated.
 
     Eager regenerates such a view's history from its base's when the base is written: its
     gradient goes through the write.  Thunder's autodiff knows nothing of the link: the view
@@ -236,9 +237,11 @@ def replay_views_after_grad_writes(
         swap: dict = {}
         for p in tensor_args(bsym):
             entry = views.get(p.name)
-            if entry is None or p.name not in differentiable or variableify(p) in swap:
+            if entry is None or variableify(p) in swap:
                 continue
             r, chain, epoch = entry
+            # Also a view whose own name carries no gradient: made before its base got one
+            # (``v = t[2:]; t.add_(a)``), eager gives it the base's new history all the same.
             if r.epoch == epoch or group(p) in opaque:
                 continue
             if p.name not in replayed:

@@ -53,10 +53,12 @@ Invariants this pass relies on:
 * every alias edge of a rewritten group is such a write, a *pure selection view* (its output
   elements are elements of its only tensor argument, same dtype; see :data:`_NOT_REPLAYABLE`),
   an *identity op* (a composite of ``shallow_copy`` only: no-op ``to``/``type_as``, ``dropout``
-  with ``p=0``; ``thunder_ext.identity_ops.shallow_copy_of_input``), or any alias made after the group's last write (read as
-  the value it has then, never replayed, so a ``contiguous`` or ``reshape`` that may copy is
-  fine there); and the group has exactly one member not made by an alias edge: its base.
-  Anything else (a ``reshape`` that may copy followed by a write, ``detach`` before a write, a
+  with ``p=0``; ``thunder_ext.identity_ops.shallow_copy_of_input``), or any alias that, with the
+  aliases made from it, nothing reads at or after the group's next write (read as the value it
+  has then, never replayed, so a ``contiguous`` or ``reshape`` that may copy is fine there:
+  :meth:`_Functionalizer.read_before_next_write`); and the group has exactly one member not made
+  by an alias edge: its base.
+  Anything else (a ``reshape`` that may copy, read after a later write, ``detach`` before a write, a
   dtype view, ``as_strided``, a view with a tensor index, an unknown composite) leaves the
   whole group as it was, with its writes and today's barriers: the pass never guesses;
 * a write through a view that repeats elements (``expand``, ``unfold``) is left as it is;
@@ -121,6 +123,8 @@ def _ids(*names: str) -> frozenset:
 _NOT_REPLAYABLE = _ids("detach", "real", "imag", "view_as_real", "indices", "values", "as_strided", "adjoint") | {
     PrimIDs.BITCAST
 }
+# Views of their first tensor argument in the shape of their second (``v.view_as(v)``).
+_SHAPE_FROM_SECOND = _ids("view_as", "expand_as")
 # Views that keep every element of their input, in another shape.
 _RESHAPING_VIEWS = _ids("view", "view_as", "unflatten")
 # Views that repeat input elements: reading through them is fine, writing through them is not.
@@ -205,6 +209,8 @@ def _view_form(bsym: BoundSymbol, effect) -> str | None:
         return "rw" if shallow_copy_of_input(bsym, effect) else None
     args = tensor_args(bsym)
     ids = origin_ids(bsym)
+    if ids & _SHAPE_FROM_SECOND:
+        args = args[:1]  # the second tensor gives the shape only: the replay reads its current value
     if len(args) != 1 or ids & _NOT_REPLAYABLE:
         return None
     if dtypes.is_complex_dtype(args[0].dtype) or any(o.dtype != args[0].dtype for o in tensor_outs(bsym)):
@@ -265,10 +271,11 @@ class _Functionalizer:
             return set()
         bad: set[str] = set()
         src_groups: dict[str, set[str]] = {}
-        last_write: dict[str, int] = {}  # group -> index of the last bsym that writes it
+        writes_at: dict[str, list[int]] = {}  # group -> indices of the bsyms that write it, in order
         for i, effect in enumerate(info.effects):
             for w in effect.writes:
-                last_write[info.group_of(w)] = i
+                writes_at.setdefault(info.group_of(w), []).append(i)
+        with_gradient: set[str] = set()  # groups a name gradients flow through has been a member of, so far
         for i, (bsym, effect) in enumerate(zip(self.bsyms, info.effects)):
             gs = {info.group_of(p) for p in (*tensor_args(bsym), *tensor_outs(bsym))} & candidates
             if not gs:
@@ -277,10 +284,12 @@ class _Functionalizer:
             if effect.writes:
                 w = _write_form(bsym)
                 g = info.group_of(effect.writes[0])
-                if w is not None and w.dst.name in self.differentiable and not writes_with_grad(bsym):
+                if w is not None and g in with_gradient | self.groups_of_differentiable(bsym) and not writes_with_grad(bsym):
                     # A write made with grad disabled keeps the history of what it wrote (eager); its
                     # out-of-place value would not, so the write stays, behind a straight-through
-                    # barrier (:meth:`thunder_ext.barriers._Placer.straight_through`).
+                    # barrier (:meth:`thunder_ext.barriers._Placer.straight_through`).  Also through a
+                    # view made before the storage got its gradient (``t0 = c[2:]; c.add_(a)``, then a
+                    # no-grad ``t0.mul_(2)``), whose own name carries none.
                     bad.add(g)
                 elif w is None or len(effect.writes) != 1 or w.dst.name not in self.node:
                     # Every group it writes keeps this write, so none of them can go functional;
@@ -301,10 +310,11 @@ class _Functionalizer:
                 form = _view_form(bsym, effect)
                 args = tensor_args(bsym)
                 arg = args[0] if args and all(a.name == args[0].name for _, a in effect.aliases) else None
-                if form is None and arg is not None and last_write.get(info.group_of(arg), -1) < i:
-                    # No write to the storage follows (a ``contiguous``, ``reshape`` or ``detach``
-                    # after the last write): the alias is read only, as the value it has now, and is
-                    # never replayed, so whether it copies or aliases makes no difference.
+                if form is None and arg is not None and self.read_before_next_write(i, writes_at.get(info.group_of(arg), ())):
+                    # The alias and every alias made from it are read only before the storage's next
+                    # write, if any (a ``contiguous``, ``reshape`` or ``detach`` after the last write,
+                    # or read at once): read as the value it has now and never replayed, so whether it
+                    # copies or aliases (which depends on strides no trace records) makes no difference.
                     form = "r"
                 if form is None or arg is None or arg.name not in self.node:
                     bad.update(info.group_of(o) for o, _ in effect.aliases)
@@ -316,6 +326,7 @@ class _Functionalizer:
                     self.read_only[n] = form == "r" or self.read_only.get(self.node[arg.name], False)
                     if not effect.is_view and form == "rw":
                         self.identities.add(n)
+            with_gradient |= self.groups_of_differentiable(bsym)
             for o in tensor_outs(bsym):
                 g = info.group_of(o)
                 if g in candidates and o.name not in aliased and o.name not in self.node:
@@ -346,6 +357,31 @@ class _Functionalizer:
         self.report.kept_private_groups = len((candidates & bad) - self.input_of.keys())
         self.report.functional_inputs = sorted(x.name for g, x in self.input_of.items() if g not in bad)
         return candidates - bad
+
+    def groups_of_differentiable(self, bsym: BoundSymbol) -> set[str]:
+        """The storage groups of ``bsym``'s tensors (arguments and outputs) that gradients flow through."""
+        info = self.info
+        return {
+            info.group_of(p)
+            for p in (*tensor_args(bsym), *tensor_outs(bsym))
+            if p.name in self.differentiable and p.name in info.groups
+        }
+
+    def read_before_next_write(self, i: int, writes: Sequence[int]) -> bool:
+        """Nothing reads what alias bsym ``i`` makes, or an alias made from it, at or after the next
+        of ``writes`` (bsym indices, in order) that follows ``i``: the return included."""
+        nxt = next((j for j in writes if j > i), None)
+        if nxt is None:
+            return True
+        made = {o.name for o in tensor_outs(self.bsyms[i])}
+        for j in range(i + 1, len(self.bsyms)):
+            reads = any(p.name in made for p in tensor_args(self.bsyms[j]))
+            if not reads:
+                continue
+            if j >= nxt:
+                return False
+            made.update(o.name for o, a in self.info.effects[j].aliases if a.name in made)
+        return True
 
     def functional_input_candidates(self) -> dict[str, TensorProxy]:
         """Written input groups whose writes can become values (group -> its input); the others

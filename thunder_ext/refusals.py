@@ -606,6 +606,7 @@ def refuse_writes_through_views_older_than_their_gradient(diff: set[str], stripp
     stale: dict[str, BoundSymbol] = {}  # view -> the write that gave its storage a gradient after it was made
     carries: set[str] = set()  # groups written with a value that carries a gradient
     view_of: dict[str, str] = {}  # a write's output -> the view it is a later version of
+    unsure: dict[str, BoundSymbol] = {}  # stale view -> an op read it that rebuilds its history only if it copies
     for b, effect in zip(bsyms, info.effects):
         if effect.is_view and not effect.writes:
             for o, a in effect.aliases:
@@ -615,18 +616,29 @@ def refuse_writes_through_views_older_than_their_gradient(diff: set[str], stripp
         written = {w.name for w in effect.writes}
         with_grad = bool(written) and writes_with_grad(b)
         for w in effect.writes:
-            if with_grad and view_of.get(w.name, w.name) in stale and not _sets_through_a_new_view(b):
+            view = view_of.get(w.name, w.name)
+            if with_grad and view in stale and not _sets_through_a_new_view(b):
+                unless = ""
+                if view in unsure:
+                    unless = (
+                        f", unless {describe(unsure[view])} copied `{view}` rather than returning it itself, which "
+                        "depends on strides the trace does not record"
+                    )
                 raise ViewGradientError(
-                    f"`{w.name}` is a view made before {describe(stale[view_of.get(w.name, w.name)])} wrote a value "
+                    f"`{w.name}` is a view made before {describe(stale[view])} wrote a value "
                     "that requires grad into its storage; eager raises on this write (\"a leaf Variable that "
-                    "requires grad is being used in an in-place operation\"). Make the view after that write, or "
-                    "write under torch.no_grad() if no gradient should flow through it",
+                    f"requires grad is being used in an in-place operation\"){unless}. Make the view after that "
+                    "write, or write under torch.no_grad() if no gradient should flow through it",
                     b,
                 )
         if stale and _rebuilds_view_history(b, effect):  # before this write makes views stale
             for p in tensor_args(b):
                 if p.name not in written:
                     stale.pop(view_of.get(p.name, p.name), None)
+        elif stale and b.sym.name == "contiguous" and not _without_grad(b, effect):
+            for p in tensor_args(b):  # eager rebuilds the view's history if this copies
+                if view_of.get(p.name, p.name) in stale:
+                    unsure.setdefault(view_of.get(p.name, p.name), b)
         for w in effect.writes:
             g = info.group_of(w)
             view = view_of.get(w.name, w.name)
@@ -650,16 +662,32 @@ def _rebuilds_view_history(bsym: BoundSymbol, effect) -> bool:
     Measured on torch 2.11: ``v + v``, ``v.sum()``, ``v.clone()``, ``v[0]``, ``v.t()`` and
     ``v.to(torch.float64)`` rebuild it; ``v > 0`` (no gradient), ``v.detach()``, a no-op
     ``v.to(torch.float32)`` (it is ``v``), ``torch.zeros_like(v)`` and any read under
-    ``torch.no_grad()`` do not.  Where unsure (``contiguous``, which may be ``v``), this says no,
-    and the refusal stands.
+    ``torch.no_grad()`` do not.  Of the ops that may return a view, see :func:`_maybe_view_records`;
+    where unsure (``contiguous``, which may be ``v``), this says no, and the refusal stands.
     """
     if _without_grad(bsym, effect) or is_return(bsym) or is_like_factory(bsym):
         return False  # a factory like v (zeros_like) reads its metadata only, and records nothing
     if effect.is_view and not effect.writes:
         return view_kind(bsym) == "view" and bsym.sym.name not in _VIEWS_WITHOUT_HISTORY and not is_identity(bsym, effect)
     if effect.aliases and not effect.writes:
-        return False
+        return _maybe_view_records(bsym)
     return any(dtypes.is_inexact_dtype(o.dtype) for o in tensor_outs(bsym))
+
+
+def _maybe_view_records(bsym: BoundSymbol) -> bool:
+    """An op that may return a view of its input, or a copy, and that eager records either way:
+    ``reshape`` and ``reshape_as`` always make a new tensor (a view or a copy), and ``flatten``
+    does unless it keeps the rank, where it returns ``v`` itself (measured on torch 2.11: ``v =
+    b[::2]; b.add_(a); v.flatten(); v.mul_(2)`` raises for a 1-D ``b``, not for a 2-D one).
+    ``contiguous`` returns ``v`` itself when ``v`` is contiguous, which depends on strides no
+    trace records, and a no-op ``to`` always does: neither counts."""
+    name = bsym.sym.name
+    if name in ("reshape", "reshape_as"):
+        return True
+    if name == "flatten":
+        args, outs = tensor_args(bsym), tensor_outs(bsym)
+        return bool(args and outs) and outs[0].ndim != args[0].ndim
+    return False
 
 
 def _sets_through_a_new_view(bsym: BoundSymbol) -> bool:
@@ -1001,10 +1029,26 @@ def refuse_multi_output_views_across_writes(
     # A detached value has no history, though its name counts as differentiable (a no-grad write
     # through a detached view of a grad tensor keeps the tensor's history: the barrier pass).
     detached = {o.name for b in placed[0] if b.sym.name == "detach" for o in tensor_outs(b)}
+    position = {id(b): i for i, b in enumerate(placed[0])}
+    gradient_writes = _writes_giving_gradient(placed, diff)
     for u in _view_uses_across_writes(placed, multi_output):
         base = tensor_args(u.view)[0].name
         op = u.view.sym.name
         with_grad = made_with_grad(u.view)
+        made, used = position[id(u.view)], position[id(u.use)]
+        given = next((w for i, w in gradient_writes.get(placed[1].group_of(u.proxy), ()) if made < i < used), None)
+        if not with_grad and given is not None and (is_return(u.use) or _rebuilds_view_history(u.use, effect_of(u.use))):
+            # Made when its storage had no gradient: eager marks it as made without grad, and refuses
+            # every use recorded with grad once a write has given the storage one (soak seed 78000).
+            raise ViewGradientError(
+                f"`{u.name}` comes from `{op}` of `{base}`, which returns several views, made before "
+                f"{describe(given)} wrote a value that requires grad into their storage. Eager PyTorch raises "
+                "on its use with grad enabled after that (\"A view was created in no_grad mode and its base or "
+                "another view of its base has been modified inplace with grad mode enabled\"), where Thunder "
+                "would compute numbers. Make the views after the write, or index the tensor instead",
+                given,
+                u.use,
+            )
         written = {w.name for w in effect_of(u.use).writes}
         writes_a_gradient = any(a.name in diff and a.name not in detached for a in tensor_args(u.use) if a.name not in written)
         if u.writes_through and writes_with_grad(u.use) and (with_grad or writes_a_gradient):
@@ -1027,6 +1071,19 @@ def refuse_multi_output_views_across_writes(
                 u.write,
                 u.use,
             )
+
+
+def _writes_giving_gradient(stripped: tuple[list[BoundSymbol], AliasInfo], diff: set[str]) -> dict[str, list[tuple[int, BoundSymbol]]]:
+    """Storage group -> the writes made with grad of a value gradients flow through, with their positions."""
+    bsyms, info = stripped
+    out: dict[str, list[tuple[int, BoundSymbol]]] = {}
+    for i, (b, effect) in enumerate(zip(bsyms, info.effects)):
+        if not effect.writes or not writes_with_grad(b):
+            continue
+        for w in effect.writes:
+            if any(o.name in diff for o, a in effect.aliases if a.name == w.name):
+                out.setdefault(info.group_of(w), []).append((i, b))
+    return out
 
 
 def refuse_lost_scalar_writes(trace: TraceCtx, executors) -> None:

@@ -21,7 +21,9 @@ requiring grad), and ``idx = tensor([1, 0])`` when ``index_copy_`` or ``index_ad
   (an output of a multi-output view, which eager refuses after a write into its storage);
   also ``t.narrow(1, 1, 2)``, ``t.transpose(0, 1)``, ``t.select(1, 0)`` and ``t[:, ::2]``; and
   two views Thunder registers automatically without knowing they are views: ``t.ravel()`` and
-  ``torch.linalg.diagonal(t)``;
+  ``torch.linalg.diagonal(t)``; ops that are views or copies by the strides of their input:
+  ``t.flatten()``, ``t.reshape(-1)``, ``t.contiguous()`` (of a ``t`` that is not contiguous),
+  and ``t.view_as(t)``;
 * ops that hand back their input itself: ``t.contiguous()`` (of a contiguous ``t``),
   ``t.to(torch.float32)``, ``t.float()``, ``t.type_as(t)``, ``F.dropout`` with ``p=0`` or in
   eval mode, and two that Thunder registers automatically: ``torch.positive(t)`` and
@@ -314,7 +316,7 @@ class _Builder:
         kinds = (
             "[0]", "[1:]", "[:2]", "[:, 1]", "view(-1)", "view(2, 6)", "reshape(3, 4)", "t()", "unsqueeze(0)",
             "[::2]", "expand", "diagonal()", "split(2)[1]", "narrow(1, 1, 2)", "transpose(0, 1)", "select(1, 0)",
-            "[:, ::2]", "ravel()", "linalg.diagonal",
+            "[:, ::2]", "ravel()", "linalg.diagonal", "flatten()", "reshape(-1)", "contiguous()", "view_as",
         )
         kind = self.draw(st.sampled_from(kinds))
         v = self.pick(lambda v: _view_shape(kind, v) is not None)
@@ -327,8 +329,11 @@ class _Builder:
         expr = f"{v.name}{kind}" if kind.startswith("[") else f"{v.name}.{kind}"
         if kind == "linalg.diagonal":
             expr = f"torch.linalg.diagonal({v.name})"
-        if kind in ("reshape(3, 4)", "ravel()") and not v.contiguous:
-            # reshape and ravel copy a non-contiguous tensor, in eager and in Thunder alike
+        if kind == "view_as":
+            expr = f"{v.name}.view_as({v.name})"
+        copies = len(v.shape) >= 2 or kind == "contiguous()"  # 1-D: flatten is v, reshape(-1) a view
+        if kind in ("reshape(3, 4)", "ravel()", "flatten()", "reshape(-1)", "contiguous()") and not v.contiguous and copies:
+            # these copy a non-contiguous tensor (of their shape), in eager and in Thunder alike
             self.new(expr, shape, self.b(v))
         else:
             self.new(expr, shape, 0.0, root=v.root, contiguous=contiguous)
@@ -569,6 +574,12 @@ def _view_shape(kind: str, v: _Var) -> tuple[tuple[int, ...], bool] | None:
         return ((s[0], (s[1] + 1) // 2), False) if n == 2 and s[1] >= 2 else None
     if kind == "ravel()":
         return ((math.prod(s),), v.contiguous) if n >= 2 else None
+    if kind in ("flatten()", "reshape(-1)"):
+        return ((math.prod(s),), v.contiguous) if n >= 1 else None
+    if kind == "contiguous()":  # of a contiguous tensor it is the tensor itself: an identity op, drawn there
+        return (s, True) if not v.contiguous else None
+    if kind == "view_as":
+        return (s, v.contiguous)
     if kind == "linalg.diagonal":
         return ((min(s),), False) if n == 2 else None
     if kind == "split(2)[1]":
