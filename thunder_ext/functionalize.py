@@ -252,6 +252,7 @@ class _Functionalizer:
         # gradient: the return's outputs read the value, which has the write's history.
         self.returned_with_history: set[str] = set()
         self.returned_values: dict[str, TensorProxy] = {}  # epilogue output -> the value it copied
+        self._last_reads: dict[str, int] | None = None
         self.groups = self.plan()
 
     # -- which groups -------------------------------------------------------------------------
@@ -369,19 +370,22 @@ class _Functionalizer:
 
     def read_before_next_write(self, i: int, writes: Sequence[int]) -> bool:
         """Nothing reads what alias bsym ``i`` makes, or an alias made from it, at or after the next
-        of ``writes`` (bsym indices, in order) that follows ``i``: the return included."""
+        of ``writes`` (bsym indices, in order) that follows ``i``: the return included.  Walks only
+        up to that write (an alias made at or after it is such a read already)."""
         nxt = next((j for j in writes if j > i), None)
         if nxt is None:
             return True
         made = {o.name for o in tensor_outs(self.bsyms[i])}
-        for j in range(i + 1, len(self.bsyms)):
-            reads = any(p.name in made for p in tensor_args(self.bsyms[j]))
-            if not reads:
-                continue
-            if j >= nxt:
-                return False
+        for j in range(i + 1, nxt):
             made.update(o.name for o, a in self.info.effects[j].aliases if a.name in made)
-        return True
+        last_read = self.last_reads()
+        return all(last_read.get(n, -1) < nxt for n in made)
+
+    def last_reads(self) -> dict[str, int]:
+        """Name -> the index of the last bsym that reads it (computed once)."""
+        if self._last_reads is None:
+            self._last_reads = {p.name: j for j, b in enumerate(self.bsyms) for p in tensor_args(b)}
+        return self._last_reads
 
     def functional_input_candidates(self) -> dict[str, TensorProxy]:
         """Written input groups whose writes can become values (group -> its input); the others
