@@ -3911,3 +3911,54 @@ def test_a_view_made_before_its_base_got_a_gradient_gets_the_base_history(fn):
     history.  Eager rebuilds it from ``t``'s; the view made again after the write now has it too
     (``copied_views.replay_views_after_grad_writes``)."""
     assert_matches_eager(fn, lambda g: (_x(g), _x(False)), configs=(*CONFIGS, *TORCH_COMPILE))
+
+
+def no_grad_whole_write_after_grad_write_through_view_of_private(a, b):
+    t = b * 1
+    v = t[2:]
+    v.add_(a[2:])  # t's storage gets a gradient through v: Thunder's `t` has none of it
+    with torch.no_grad():
+        t.mul_(2)  # keeps t's history in eager: the one Thunder's `t` lacks
+    return (t * 1,)
+
+
+def no_grad_whole_write_after_grad_write_through_view_of_input(a, b):
+    v = b[2:]
+    v.add_(a[2:])
+    with torch.no_grad():
+        b.mul_(2)
+    return (b * 1,)
+
+
+def no_grad_whole_write_after_grad_write_through_view_of_differentiable(a, b):
+    t = a * 2
+    v = t[2:]
+    v.add_(b[2:])
+    with torch.no_grad():
+        t.mul_(2)
+    return (t * 1,)
+
+
+@pytest.mark.parametrize(
+    "fn, grads",
+    [
+        (no_grad_whole_write_after_grad_write_through_view_of_private, (True, False)),
+        (no_grad_whole_write_after_grad_write_through_view_of_input, (True, False)),
+        (no_grad_whole_write_after_grad_write_through_view_of_differentiable, (True, True)),
+    ],
+    ids=lambda x: getattr(x, "__name__", ""),
+)
+def test_no_grad_write_of_a_base_after_a_grad_write_through_its_view_is_class_5(fn, grads):
+    """Was silently wrong in every cell with grad (plain Thunder crashes): a no-grad write keeps the
+    history of the name it writes (the straight-through barrier), and that name missed the earlier
+    write with grad through a view, whose history eager's tensor keeps.  The gradient lost it.  Now
+    class 5, as a read of that name would be; without grad, every cell is eager's."""
+    from thunder_ext import ViewGradientError
+    from thunder_ext.testing.compare import error_in_chain
+
+    make = lambda g: (torch.randn(4, 3).requires_grad_(g and grads[0]), torch.randn(4, 3).requires_grad_(g and grads[1]))  # noqa: E731
+    for config in (*CONFIGS, *TORCH_COMPILE):
+        v = differential(lambda: (fn, make(True), {}), config)
+        error = error_in_chain(v.outcome.error, ViewGradientError)
+        assert v.status == "refused" and error is not None and "is read after an in-place write to `v`" in str(error), v.detail
+    assert_matches_eager(fn, make, grad_modes=(False,), configs=(*CONFIGS, *TORCH_COMPILE))

@@ -596,6 +596,16 @@ class _Placer:
 
     def order_write(self, g: str, bsym: BoundSymbol, effect, my_anc: int, plan: Plan) -> None:
         """WAR/WAW: every access to ``g`` since its last write must reach this write."""
+        if not writes_with_grad(bsym):
+            # A no-grad write keeps the history of the name it writes (the straight-through
+            # barrier).  A name that misses an earlier write with grad through another alias has
+            # none of that write's history, which eager's tensor keeps (``v = t[2:]``, ``v.add_(b)``,
+            # then ``t.mul_(2)`` under no-grad): a stale read, class 5.
+            gw = self.last_grad_write.get(g)
+            for p in effect.writes:
+                if gw is not None and self.info.group_of(p) == g and p.name != gw.dest.name:
+                    if not self.reaches(self.current(p), gw.bit):
+                        self.report.alias_reads.append(AliasRead(gw.bsym, bsym, p, gw.dest))
         unreached = [(wit, who) for bit, wit, who in self.epoch.get(g, ()) if not (my_anc >> bit) & 1]
         for wit, who in unreached:
             if wit is None:
