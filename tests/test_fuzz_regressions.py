@@ -3962,3 +3962,29 @@ def test_no_grad_write_of_a_base_after_a_grad_write_through_its_view_is_class_5(
         error = error_in_chain(v.outcome.error, ViewGradientError)
         assert v.status == "refused" and error is not None and "is read after an in-place write to `v`" in str(error), v.detail
     assert_matches_eager(fn, make, grad_modes=(False,), configs=(*CONFIGS, *TORCH_COMPILE))
+
+
+def index_add_into_a_tensor_with_gradient(a, idx):
+    t = a * 1
+    t.index_add_(0, idx, a[:2])
+    return (t,)
+
+
+def test_index_add_with_a_gradient_is_a_documented_thunder_limit():
+    """Soak seed 79000: Thunder 0.2.6 has no gradient rule for ``prims.index_add``, so plain Thunder
+    crashes on an ``index_add_`` into a tensor gradients flow through, and so does the transform,
+    the same way.  The verdict rule counts that crash as the documented limit, not as the
+    transform's; where a Thunder has the rule, the answer must be eager's."""
+    import thunder
+
+    from thunder_ext.testing.fuzzing import documented_crash
+
+    make = lambda g: (torch.randn(4, 3).requires_grad_(g), torch.tensor([1, 0]))  # noqa: E731
+    try:
+        thunder.jit(index_add_into_a_tensor_with_gradient)(*make(True))[0].sum().backward()
+    except RuntimeError as e:
+        assert documented_crash(e) == "Thunder's autodiff: no gradient rule for index_add"
+        cells = judge_function(index_add_into_a_tensor_with_gradient, make, grad_modes=(True,)).cells
+        assert cells and all(c.verdict == "out-of-scope" for c in cells), "\n".join(map(str, cells))
+    else:
+        assert_matches_eager(index_add_into_a_tensor_with_gradient, make)

@@ -1016,9 +1016,12 @@ def refuse_multi_output_views_across_writes(
     a write into its storage (even under no-grad, even through ``t0``), then ``t0`` used with grad
     or returned; or a write with grad through ``t0``.  Also a write with grad through such a view
     of a tensor without gradient, of a value with one (``t0 = b.split(2)[1]; t0[0] = a[0]``:
-    eager raises "A view was created in no_grad mode ...", soak seed 64000).  Thunder computes
-    numbers there.  A use under no-grad, a ``detach``, and reads of the base only are answered,
-    as in eager.  Judged on the program as written."""
+    eager raises "A view was created in no_grad mode ...", soak seed 64000).  And any use recorded
+    with grad of such a view made while its storage had no gradient, after a write gave it one
+    (``t0 = c.split(2)[1]; c.copy_(a)``, then ``t0 * 2`` or ``t0[1:] = -0.5``: eager marks the view
+    as made in no_grad mode; soak seed 78000).  Thunder computes numbers there.  A use under
+    no-grad, a ``detach``, and reads of the base only are answered, as in eager.  Judged on the
+    program as written."""
     def made_with_grad(bsym: BoundSymbol) -> bool:
         return any(a.name in diff for a in tensor_args(bsym)) and not is_detached(bsym)
 

@@ -929,6 +929,8 @@ DOCUMENTED_CRASHES: dict[str, str] = {
     "class 7: Thunder 0.2.6 substitutes aliasing inputs": r"Attempting to reshape .* is different from the number of elements",
     "class 8: Thunder's alias pass inside autograd.Function": r"Detected a cycle while swapping",
     "torch_compile_ex: Inductor's C++ code generation": r"CppCompileError",
+    # No gradient rule for prims.index_add in Thunder 0.2.6, with or without the transform.
+    "Thunder's autodiff: no gradient rule for index_add": r"Failed to find a gradient transform for bound symbol .*prims\.index_add",
     # Thunder's generic ``*_vjp`` (a backward taken from PyTorch: ``narrow``, ``norm``, ``var``)
     # inside a region: Dynamo cannot wrap optree's metadata, with or without the transform.
     "torch_compile_ex: Thunder's vjp taken from PyTorch": r"does not know how to wrap <class 'optree\.registry\.DictMetaData'>",
