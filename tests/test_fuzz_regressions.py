@@ -3988,3 +3988,43 @@ def test_index_add_with_a_gradient_is_a_documented_thunder_limit():
         assert cells and all(c.verdict == "out-of-scope" for c in cells), "\n".join(map(str, cells))
     else:
         assert_matches_eager(index_add_into_a_tensor_with_gradient, make)
+
+
+# -- soak seed 80000 ---------------------------------------------------------------------------
+
+
+def view_of_input_returned_after_a_gradient_write(a, b):  # soak seed 80000
+    b.copy_(a)
+    return (b.view_as(b),)
+
+
+def slice_of_input_returned_after_a_gradient_write(a, b):
+    b.copy_(a)
+    return (b[:],)
+
+
+def view_of_input_returned_after_a_gradient_write_then_a_plain_one(a, b):
+    b.add_(a)
+    with torch.no_grad():
+        b[0] = 0.5
+    return (b.view(12), b[1:] * 1)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        view_of_input_returned_after_a_gradient_write,
+        slice_of_input_returned_after_a_gradient_write,
+        view_of_input_returned_after_a_gradient_write_then_a_plain_one,
+    ],
+    ids=lambda f: f.__name__,
+)
+def test_a_view_of_an_input_returned_after_a_gradient_write_has_its_history(fn):
+    """Was silently wrong (soak seed 80000, every jit cell with grad, ``a`` a non-leaf; plain
+    Thunder wrong too): a view returned after a write of a value carrying a gradient into a plain
+    input was made from the caller's tensor after the epilogue ``copy_``, which has no history
+    (gradient ``None``).  It is made from the value now, as the input itself is returned
+    (``functionalize._Functionalizer.write_back``), and the final trace's reinplacing leaves that
+    value alone (in place, the view would be the input's, handed back without history)."""
+    make = lambda g: ((torch.randn(4, 3).requires_grad_(g) * 1) if g else torch.randn(4, 3), torch.randn(4, 3))  # noqa: E731
+    assert_matches_eager(fn, make, configs=(*CONFIGS, *TORCH_COMPILE))

@@ -251,6 +251,9 @@ class _Functionalizer:
         # Groups whose input the return hands back itself after a write of a value that carries a
         # gradient: the return's outputs read the value, which has the write's history.
         self.returned_with_history: set[str] = set()
+        # Groups written with a value that carries a gradient: the views the return reads are made
+        # from that value, not from the caller's tensor after the epilogue, which has no history.
+        self.written_with_history: set[str] = set()
         self.returned_values: dict[str, TensorProxy] = {}  # epilogue output -> the value it copied
         self._last_reads: dict[str, int] | None = None
         self.groups = self.plan()
@@ -444,11 +447,13 @@ class _Functionalizer:
             if why is not None:
                 self.report.kept_inputs[ins[0] if ins else sorted(names)[0]] = why
                 continue
-            if g in returned_whole and any(
+            if any(
                 writes_with_grad(self.bsyms[i]) and any(a.name in self.differentiable for a in tensor_args(self.bsyms[i]))
                 for i in writers[g]
             ):
-                self.returned_with_history.add(g)
+                self.written_with_history.add(g)
+                if g in returned_whole:
+                    self.returned_with_history.add(g)
             out[g] = self.proxy_named(ins[0])
         return out
 
@@ -520,16 +525,23 @@ class _Functionalizer:
                 continue  # every write was dead
             # The caller's tensor receives the value, not its history (functional_input_candidates):
             # the write-back is no autodiff edge, as a write under no_grad is not.
+            kept = {}
+            if g in self.written_with_history:
+                # ``b.copy_(a); return b[:]``: eager's view has the write's history, which a view of
+                # the caller's tensor made after the epilogue would lack; a view of the value has it.
+                for p in tensor_args(ret):
+                    n = self.node.get(p.name)
+                    if n is not None and n != _BASE and self.info.group_of(p) == g:
+                        kept[n] = self.value(g, n, ret)
             bsyms, out = self.record(lambda: prims.copy_(value, x, grad_enabled=False))
             # Under the user's source line of the input's last write: refusals and reports name it.
             self.emit(bsyms, self.last_write_of.get(g, ret))
             self.report.epilogue_writes[x.name] = self.out[-1]
-            kept = {}
             if g in self.returned_with_history:
                 self.returned_values[out.name] = value
                 # What may be the caller's tensor itself at run time keeps reading the value, as the
                 # caller's tensor would lose the write's history (``return a.contiguous()``).
-                kept = {n: v for n, v in self.cur[g].items() if n != _BASE and self.may_be_the_base(n)}
+                kept.update({n: v for n, v in self.cur[g].items() if n != _BASE and self.may_be_the_base(n)})
             self.cur[g] = {_BASE: out, **kept}
             self.report.epilogues += 1
 

@@ -677,9 +677,9 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
     * every reader of ``x`` or a view of it, except ``P`` and the epilogue, comes before
       ``P`` (so ``x`` is not returned nor saved for backward under its own name), and ``P``
       reads no view of ``x`` (a partial overlap);
-    * the return does not hand back the new value itself to the caller (it does so only when
-      the value carries a gradient that the caller's tensor cannot,
-      ``_Functionalizer.return_values`` in :mod:`thunder_ext.functionalize`).  Saved for the
+    * the return does not hand back the new value itself, or a view of it, to the caller (it
+      does so only when the value carries a gradient that the caller's tensor cannot,
+      ``_Functionalizer.return_values`` and ``write_back`` in :mod:`thunder_ext.functionalize`).  Saved for the
       backward, it may be ``x``: eager saves ``x`` there too, and so does plain Thunder.
 
     Before (a KV-cache step on the input ``cache``)::
@@ -744,6 +744,11 @@ def reinplace_inputs(trace: TraceCtx, aliased_inputs=()) -> tuple[TraceCtx, int]
             # The value itself is returned (functionalize.return_values: it carries the write's
             # history, the caller's tensor cannot), or a ``contiguous`` of it, which may be it:
             # in place, the output would be the input.
+            continue
+        if ret is not None and t0.name in info.groups and set(members.get(info.group_of(t0), ())) & returned_to_caller(ret):
+            # A view of the value is returned (functionalize.write_back: it carries the write's
+            # history): in place, it would be a view of the input, which autograd then hands back
+            # without any (``b.copy_(a); return b[:]``).
             continue
         i = position[id(p)]
         if id(p) in replace or len(p.flat_proxy_outs) != 1:
