@@ -285,10 +285,11 @@ class _Functionalizer:
             if not gs:
                 continue
             aliased = {o.name for o, _ in effect.aliases}
+            gradient_groups = self.groups_of_differentiable(bsym)
             if effect.writes:
                 w = _write_form(bsym)
                 g = info.group_of(effect.writes[0])
-                if w is not None and g in with_gradient | self.groups_of_differentiable(bsym) and not writes_with_grad(bsym):
+                if w is not None and g in with_gradient | gradient_groups and not writes_with_grad(bsym):
                     # A write made with grad disabled keeps the history of what it wrote (eager); its
                     # out-of-place value would not, so the write stays, behind a straight-through
                     # barrier (:meth:`thunder_ext.barriers._Placer.straight_through`).  Also through a
@@ -330,7 +331,7 @@ class _Functionalizer:
                     self.read_only[n] = form == "r" or self.read_only.get(self.node[arg.name], False)
                     if not effect.is_view and form == "rw":
                         self.identities.add(n)
-            with_gradient |= self.groups_of_differentiable(bsym)
+            with_gradient |= gradient_groups
             for o in tensor_outs(bsym):
                 g = info.group_of(o)
                 if g in candidates and o.name not in aliased and o.name not in self.node:

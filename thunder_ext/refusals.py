@@ -643,7 +643,7 @@ def refuse_writes_through_views_older_than_their_gradient(diff: set[str], stripp
             g = info.group_of(w)
             view = view_of.get(w.name, w.name)
             new = [o for o, a in effect.aliases if a.name == w.name]
-            if with_grad and g not in carries and any(o.name in diff for o in new):
+            if g not in carries and _gives_gradient(b, effect, w, diff):
                 carries.add(g)
                 # The written view itself gets the write's history; the other views made before do not.
                 stale.update((v, b) for v, vg in young.items() if vg == g and v != view)
@@ -1081,12 +1081,16 @@ def _writes_giving_gradient(stripped: tuple[list[BoundSymbol], AliasInfo], diff:
     bsyms, info = stripped
     out: dict[str, list[tuple[int, BoundSymbol]]] = {}
     for i, (b, effect) in enumerate(zip(bsyms, info.effects)):
-        if not effect.writes or not writes_with_grad(b):
-            continue
         for w in effect.writes:
-            if any(o.name in diff for o, a in effect.aliases if a.name == w.name):
+            if _gives_gradient(b, effect, w, diff):
                 out.setdefault(info.group_of(w), []).append((i, b))
     return out
+
+
+def _gives_gradient(bsym: BoundSymbol, effect, w: TensorProxy, diff: set[str]) -> bool:
+    """``bsym``, made with grad, writes into ``w`` a value gradients flow through: the write's output
+    for ``w`` (``copy_``, ``add_``) is differentiable.  From then on eager's storage has history."""
+    return writes_with_grad(bsym) and any(o.name in diff for o, a in effect.aliases if a.name == w.name)
 
 
 def refuse_lost_scalar_writes(trace: TraceCtx, executors) -> None:
