@@ -4028,3 +4028,45 @@ def test_a_view_of_an_input_returned_after_a_gradient_write_has_its_history(fn):
     value alone (in place, the view would be the input's, handed back without history)."""
     make = lambda g: ((torch.randn(4, 3).requires_grad_(g) * 1) if g else torch.randn(4, 3), torch.randn(4, 3))  # noqa: E731
     assert_matches_eager(fn, make, configs=(*CONFIGS, *TORCH_COMPILE))
+
+
+# -- soak seed 81001 ---------------------------------------------------------------------------
+
+
+def alias_of_input_returned_between_no_grad_writes(a):  # soak seed 81001, shortened
+    with torch.no_grad():
+        a.add_(0.5)
+    t = a.contiguous()
+    with torch.no_grad():
+        a.mul_(2)
+    return (t,)
+
+
+def alias_of_input_returned_after_a_no_grad_lerp_of_it(a):  # soak seed 81001
+    with torch.no_grad():
+        a.add_(0.5)
+    t0 = a - 0.5
+    t0.copy_(a)
+    t1 = a.to(torch.float32)
+    t2 = t1.contiguous()
+    t0.add_(0.5)
+    t3 = a.contiguous()
+    with torch.no_grad():
+        t1.lerp_(t2, 0.1)
+    return (t3,)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [alias_of_input_returned_between_no_grad_writes, alias_of_input_returned_after_a_no_grad_lerp_of_it],
+    ids=lambda f: f.__name__,
+)
+def test_a_returned_alias_ordered_after_a_no_grad_write_is_not_recomputed(fn):
+    """Was silently wrong (soak seed 81001: ``torch_compile_ex``, dataflow fusion, grad, through
+    ``thunder.jit`` and ThunderFX; plain Thunder right in every cell): the barrier ordering the
+    returned alias after the last write stood before ``get_grad`` and was tagged backward like it.
+    Thunder's partitioner then gave it a region of its own, and rematerialization recomputed that
+    region's input from ``a``, the first ``add_`` included, which ran twice.  ``get_grad`` reads a
+    forward output, so what is placed before it belongs to the forward now (``op_kinds.in_backward``)."""
+    make = lambda g: (torch.randn(4, 3, requires_grad=g),)  # noqa: E731
+    assert_matches_eager(fn, make, configs=ALL_CELLS)

@@ -75,6 +75,7 @@ from thunder_ext.errors import PartitionerWouldDropError, PlacementDidNotConverg
 from thunder_ext.op_kinds import (
     describe,
     effect_of,
+    in_backward,
     is_barrier,
     is_copy,
     is_return,
@@ -742,7 +743,7 @@ class _Placer:
             symbol = self.options.symbols.pin if pin else self.options.symbols.ordering
         barrier, outs = self.barrier(symbol, [v for v, _ in plan.rename.values()], kept, before, plan.reasons)
         b_anc = self.ancestry(barrier)
-        backward = has_tags(before, {BoundSymbolTag.BACKWARD})
+        backward = in_backward(before)
         for (v, cause), new in zip(plan.rename.values(), outs):
             self.bump(v, new, cause)
             if backward:
@@ -752,7 +753,7 @@ class _Placer:
         renamed = [(v, new) for (v, _), new in zip(plan.rename.values(), outs)]
         for policy in self.policies:
             policy.barrier_placed(renamed, cut=cut and pin)
-        forward = not has_tags(before, {BoundSymbolTag.BACKWARD})
+        forward = not backward
         for o in tensor_outs(barrier):
             self.anc[o.name] = b_anc
             self.made_by_barrier.add(o.name)
@@ -783,7 +784,10 @@ class _Placer:
             source_filename=before.source_filename,
             source_positions=before.source_positions,
         )
-        if has_tags(before, {BoundSymbolTag.BACKWARD}):
+        # Thunder's dataflow partitioner never merges a backward bsym with a forward one; a
+        # barrier tagged backward that the forward returns would get a region of its own, and
+        # rematerialization would recompute its inputs there, writes included.
+        if in_backward(before):
             bsym.tags.add(BoundSymbolTag.BACKWARD)
         self.report.barriers.append(BarrierRecord(list(reasons), before))
         return bsym, outs[: len(members)]

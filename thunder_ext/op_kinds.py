@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import thunder.torch as ltorch
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy
-from thunder.core.symbol import BoundSymbol
+from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
 from thunder.extend import get_all_executors
 
 from thunder_ext.meta_calls import output_storage_sources
@@ -164,6 +164,14 @@ def whole_tensor_versions(bsyms, names, effects=None, *, and_what_may_be_them: b
             if any(a is w for w in effect.writes) or (maybe and o.shape == a.shape and o.dtype == a.dtype):
                 whole.add(o.name)
     return whole
+
+
+def in_backward(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` belongs to the joint trace's backward.
+
+    ``get_grad`` is tagged backward but reads a forward output by name: what is placed before it
+    (a barrier ordering that output after a write) belongs to the forward, which returns it."""
+    return has_tags(bsym, {BoundSymbolTag.BACKWARD}) and bsym.sym.id != prims.PrimIDs.GET_GRAD
 
 
 def is_barrier(bsym: BoundSymbol) -> bool:
