@@ -88,7 +88,7 @@ import thunder.torch as ltorch
 from thunder.core import dtypes, prims
 from thunder.core.proxies import ProxyTag, TensorProxy, variableify
 from thunder.core.pytree import tree_map
-from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol, has_tags
+from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol
 from thunder.core.trace import TraceCtx, from_trace
 from thunder.extend import Executor
 
@@ -99,6 +99,7 @@ from thunder_ext.overlap import find_overlaps, is_plain_copy
 from thunder_ext.recording import at_source_of, call_again, record, record_again
 from thunder_ext.op_kinds import (
     effect_of,
+    in_backward,
     is_copy,
     is_like_factory,
     is_return,
@@ -609,7 +610,7 @@ class _Functionalizer:
     def emit(self, bsyms: list[BoundSymbol], like: BoundSymbol) -> None:
         if self.executors is not None:
             bsyms = _claim(self.trace, bsyms, self.executors)
-        backward = has_tags(like, {BoundSymbolTag.BACKWARD})
+        backward = in_backward(like)  # what get_grad reads is forward
         for b in at_source_of(bsyms, like):
             if backward:
                 b.tags.add(BoundSymbolTag.BACKWARD)
