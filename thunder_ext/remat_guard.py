@@ -54,6 +54,9 @@ Invariants:
   the backward's reads are pinned as above) and exactly one fusion
   executor of the compilation can fuse anything in it, and that one fuses barriers;
   otherwise the conservative rule applies;
+* a barrier placed before ``get_grad`` (ordering a forward output) is a forward bsym
+  (``op_kinds.in_backward``): tagged backward, it would get a region of its own that the
+  forward keeps, and its rematerialization would recompute the write it orders;
 * a bsym whose fusibility cannot be decided (``can_fuse`` raises) counts as not fusible when
   looking for interior bsyms, and as fusing when looking for other fusion executors, so
   doubt always leads to more pins, never fewer.
