@@ -29,7 +29,7 @@ from thunder.extend import OperatorExecutor
 
 from thunder_ext.barrier_plan import Plan, WalkPolicy
 from thunder_ext.inductor_regions import InductorRegions
-from thunder_ext.op_kinds import describe, is_return, tensor_args
+from thunder_ext.op_kinds import describe, is_barrier, is_return, tensor_args
 
 
 class RematPins(WalkPolicy):
@@ -97,7 +97,9 @@ class RematPins(WalkPolicy):
         pin just emitted (they read nothing, so where they run orders nothing)."""
         walk = self.walk
         k = len(walk.out) - 1  # the pin
-        while k > 0 and has_tags(walk.out[k - 1], {BoundSymbolTag.BACKWARD}):
+        # Barriers placed before a get_grad are forward (op_kinds.in_backward) but stand among
+        # the backward's first bsyms; none is moved (each reads a tensor).
+        while k > 0 and (has_tags(walk.out[k - 1], {BoundSymbolTag.BACKWARD}) or is_barrier(walk.out[k - 1])):
             k -= 1
         moved = [j for j in range(k, len(walk.out) - 1)
                  if walk.out[j].sym.id != prims.PrimIDs.GET_GRAD and not tensor_args(walk.out[j])]
