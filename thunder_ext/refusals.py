@@ -98,6 +98,7 @@ def refuse_unsupported_gradients(
     refuse_view_gradients(
         report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque,
         class_9=lambda b: writes_with_grad(b) and any(group_of(w) in class_9 for w in effect_of(b).writes),
+        may_copy=_maybe_copy_between(stripped),
     )
     if inductor:
         refuse_opaque_view_written_twice(stripped, view_writes, diff, opaque)
@@ -403,8 +404,13 @@ def refuse_view_gradients(
     trace_inputs: frozenset[str] = frozenset(),
     opaque: Callable[[TensorProxy], bool] = lambda p: False,
     class_9: Callable[[BoundSymbol], bool] = lambda b: False,
+    may_copy: Callable[[str, str], BoundSymbol | None] = lambda read, written: None,
 ) -> None:
     """Class 5: gradients would flow through a view of a tensor mutated in place.
+
+    ``may_copy(read, written)``: an op on the alias path between the two names that is a view or
+    a copy by strides no trace records (``contiguous``, ``reshape``: :func:`_maybe_copy_between`).
+    The words then say that the two may not share storage, and that eager's answer depends on it.
 
     Not this class's: a write that class 9 refuses in any case (``class_9``: with grad, into the
     storage of an input that requires grad, :func:`refuse_written_grad_inputs`).  What cannot be
@@ -468,6 +474,18 @@ def refuse_view_gradients(
                 ar.write,
                 ar.read,
             )
+        maybe = may_copy(ar.proxy.name, ar.written.name)
+        if maybe is not None:
+            raise ViewGradientError(
+                f"`{ar.proxy.name}` is read after an in-place write to `{ar.written.name}`, and gradients "
+                f"flow through them. Between the two stands {describe(maybe)}, which returns its input's "
+                "storage or a copy by strides the trace does not record: eager's values and gradients "
+                "differ between the two, and the transform cannot choose at run time. Clone where a "
+                "copy is meant, write the same name where a shared tensor is meant, or use the "
+                "out-of-place op",
+                ar.write,
+                ar.read,
+            )
         raise ViewGradientError(
             f"`{ar.proxy.name}` is read after an in-place write to `{ar.written.name}`, which "
             "shares its storage, and gradients flow through it. Thunder's autodiff would give a "
@@ -476,6 +494,39 @@ def refuse_view_gradients(
             ar.write,
             ar.read,
         )
+
+
+def _maybe_copy_between(stripped: tuple[list[BoundSymbol], AliasInfo]) -> Callable[[str, str], BoundSymbol | None]:
+    """For two names of one storage group, the first op that may copy (``view_kind`` 'maybe')
+    on the alias edges from either name up to their nearest common source, or None."""
+    bsyms, info = stripped
+    up: dict[str, tuple[str, BoundSymbol]] = {}  # alias output -> (its source, the op)
+    for b, effect in zip(bsyms, info.effects):
+        for o, a in effect.aliases:
+            up.setdefault(o.name, (a.name, b))
+
+    def path(name: str) -> list[tuple[str, BoundSymbol | None]]:
+        out, seen = [(name, None)], {name}
+        while name in up and len(out) < 256:
+            name, b = up[name]
+            if name in seen:
+                break
+            seen.add(name)
+            out.append((name, b))
+        return out
+
+    def between(read: str, written: str) -> BoundSymbol | None:
+        a, b = path(read), path(written)
+        common = {n for n, _ in a} & {n for n, _ in b}
+        for steps in (a, b):
+            for n, op in steps:
+                if op is not None and view_kind(op) == "maybe":
+                    return op
+                if n in common:
+                    break
+        return None
+
+    return between
 
 
 def differentiable_names(trace: TraceCtx) -> set[str]:
