@@ -500,12 +500,13 @@ def _maybe_copy_between(stripped: tuple[list[BoundSymbol], AliasInfo]) -> Callab
     """For two names of one storage group, the first op that may copy (``view_kind`` 'maybe')
     on the alias edges from either name up to their nearest common source, or None."""
     bsyms, info = stripped
-    up: dict[str, tuple[str, BoundSymbol]] = {}  # alias output -> (its source, the op)
-    for b, effect in zip(bsyms, info.effects):
-        for o, a in effect.aliases:
-            up.setdefault(o.name, (a.name, b))
+    up: dict[str, tuple[str, BoundSymbol]] = {}  # alias output -> (its source, the op); built at the first refusal
 
     def path(name: str) -> list[tuple[str, BoundSymbol | None]]:
+        if not up:
+            for b, effect in zip(bsyms, info.effects):
+                for o, a in effect.aliases:
+                    up.setdefault(o.name, (a.name, b))
         out, seen = [(name, None)], {name}
         while name in up and len(out) < 256:
             name, b = up[name]
