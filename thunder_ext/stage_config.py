@@ -84,7 +84,7 @@ def _executors(cd) -> tuple[Executor, ...] | None:
     return tuple(executors) if executors is not None else None
 
 
-def _is_graph_module(cd) -> bool:
+def is_graph_module(cd) -> bool:
     """The compilation's function is an FX graph: ThunderFX compiles Dynamo's subgraphs so."""
     import torch.fx
 
@@ -100,7 +100,7 @@ def before_autodiff(cd, *, differentiable: frozenset[str], aliased_inputs: tuple
         aliased_inputs=aliased_inputs,
         functional_inputs=InputPolicy(enabled=True),
         comment=comment,
-        graph_module=_is_graph_module(cd),
+        graph_module=is_graph_module(cd),
     )
 
 

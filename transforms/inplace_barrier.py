@@ -5,8 +5,8 @@ Use it as ``thunder.jit(fn, transforms=[InplaceBarrierTransform()])`` or through
 
 It acts twice:
 
-* before autodiff (``transform_traces_pre_prologue``), on the computation trace, after folding
-  the ops that hand back their input itself (:mod:`thunder_ext.identity_ops`), where it also
+* before autodiff (``transform_traces_pre_prologue``), on the computation trace, after
+  recording each bsym at the user's line (:mod:`thunder_ext.source_lines`) and folding the ops that hand back their input itself (:mod:`thunder_ext.identity_ops`), where it also
   refuses the constructs whose gradients Thunder gets wrong (:mod:`thunder_ext.refusals`);
 * at the fusion stage, after every decomposition and before any fusion pass, through
   :class:`thunder_ext.integration.BarrierStage`, where it also refuses forward writes to
@@ -43,6 +43,7 @@ from thunder_ext.overlap import refuse_overlapping_sources
 from thunder_ext.logs import log_refusal, log_removal, log_report, log_split
 from thunder_ext.nvfuser_forms import bump_written_versions
 from thunder_ext.batched_copies import batch_copies
+from thunder_ext.source_lines import attribute_user_lines
 from thunder_ext.reinplace import fold_copies, reinplace, reinplace_inputs
 from thunder_ext.refusals import (
     differentiable_names,
@@ -67,10 +68,15 @@ class InplaceBarrierTransform(thunder.Transform):
 
     def transform_traces_pre_prologue(self, prologue_trace, computation_trace, epilogue_trace, **kwargs):
         install_barrier_stage(check=self.check, comment=self.comment)
+        cd = get_compile_data()
+        # Messages and printed traces name the user's line, not ThunderFX's generated code or
+        # Thunder's own dispatch (thunder_ext.source_lines).
+        computation_trace, _ = attribute_user_lines(
+            computation_trace, graph_module=cd.fn if stage_config.is_graph_module(cd) else None
+        )
         # An op that hands back its input is that input in eager: every later step reads it so.
         computation_trace, identities = fold_identity_ops(computation_trace)
         aliased = aliased_inputs(computation_trace)
-        cd = get_compile_data()
         config = stage_config.before_autodiff(
             cd, differentiable=frozenset(differentiable_names(computation_trace)), aliased_inputs=aliased, comment=self.comment
         )
