@@ -4121,3 +4121,45 @@ def test_write_through_a_contiguous_that_may_alias_is_refused_in_words_that_say_
         error = error_in_chain(v.outcome.error, ViewGradientError)
         assert v.status == "refused" and error is not None, v.detail
         assert "`t1 = contiguous`" in str(error) and "strides the trace does not record" in str(error), str(error)
+
+
+# -- soak seed 84000 ---------------------------------------------------------------------------
+
+
+def input_returned_through_a_no_op_float_and_after_its_write(a, b):  # soak seed 84000
+    a.tanh_()
+    t0 = a.float()  # t0 is a itself
+    a += b
+    return (t0, b, a)
+
+
+def input_returned_under_two_names_after_its_write(a, b):
+    a0 = a
+    a += b
+    return (a0, a)
+
+
+def input_returned_once_after_its_write(a, b):  # the neighbour that was right: guards it
+    a0 = a
+    a += b
+    return (a0, b)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        input_returned_through_a_no_op_float_and_after_its_write,
+        input_returned_under_two_names_after_its_write,
+        input_returned_once_after_its_write,
+    ],
+    ids=lambda f: f.__name__,
+)
+def test_an_input_returned_twice_after_a_gradient_write_gets_both_cotangents(fn):
+    """Was silently wrong in every ``thunder.jit`` cell with grad (soak seed 84000; plain Thunder
+    wrong too: its outputs carry no gradient).  A write carrying a gradient into a plain input
+    makes the input's final value the output, so ``a`` returned under two names became one proxy
+    returned twice, and Thunder's autodiff gave it one cotangent: ``b``'s gradient lost one or
+    both.  A repeated output is now handed back apart wherever it comes from, not only after
+    folding an identity op.  ThunderFX refuses these (Dynamo hands the input itself back)."""
+    make = lambda g: (torch.randn(4, 3), (torch.randn(4, 3, requires_grad=g) * 1) if g else torch.randn(4, 3))  # noqa: E731
+    assert_matches_eager(fn, make, configs=ALL_CELLS)

@@ -93,7 +93,8 @@ class InplaceBarrierTransform(thunder.Transform):
             overlaps = refuse_overlapping_sources(computation_trace, inductor=config.inductor, stripped=stripped)
             overlaps.split = split
             new, report = barrier_pass(computation_trace, config)
-            if identities.folded and config.differentiable:  # only folding repeats an output
+            if config.differentiable:
+                # Folding, and a returned input made its final value, can hand one proxy back twice.
                 new, report.repeated_outputs = separate_repeated_outputs(new, frozenset(differentiable_names(new)))
             if config.differentiable:
                 refuse_unsupported_gradients(
