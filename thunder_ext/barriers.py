@@ -145,7 +145,8 @@ class BarrierReport:
     # Old values of epilogue inputs the backward reads, cloned where they are made (fusion stage;
     # thunder_ext.saved_values): the copies a correct gradient costs.
     saved_old_values: list[str] = field(default_factory=list)
-    # Outputs handed back twice once identity ops were folded, the second time as a shallow_copy
+    # Outputs handed back twice once identity ops were folded or a returned input became its
+    # final value, the second time as a shallow_copy
     # (thunder_ext.identity_ops.separate_repeated_outputs; before autodiff only).
     repeated_outputs: list[str] = field(default_factory=list)
     # Clones of written storage bound to an operator executor, where nvFuser would alias them
