@@ -52,7 +52,7 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 
 _THUNDER_DIR = os.path.dirname(os.path.abspath(thunder.__file__)) + os.sep
-_FX_FILE = re.compile(r"^<eval_with_key>\.\d+$")
+_FX_FILE = re.compile(r"^<eval_with_key>\.\d+")
 _STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 Location = tuple[str, int]  # (file, line)
@@ -91,7 +91,9 @@ def fx_line_resolver(graph_module) -> Callable[[Location], Location | None]:
         code = getattr(forward, "__code__", None)
         if lineno_map is None or graph is None or code is None:
             continue
-        nodes_by_file[code.co_filename] = (lineno_map, getattr(module, "_prologue_start", 0), list(graph.nodes))
+        # The map counts lines from the generated ``def forward`` (torch 2.11 also records that
+        # line as ``_prologue_start``; 2.9 does not).
+        nodes_by_file[code.co_filename] = (lineno_map, code.co_firstlineno, list(graph.nodes))
 
     def resolve(loc: Location) -> Location | None:
         entry = nodes_by_file.get(loc[0])
