@@ -150,3 +150,18 @@ def test_a_line_the_evidence_does_not_name_alone_stays_as_thunder_recorded_it(fn
     new, report = attribute_user_lines(trace)
     assert new is trace and not report
     assert report.left == [f"{b.output.name} = reshape" for b in reshapes]
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_bsym_without_a_recorded_line_says_where_it_belongs(entry):
+    """Thunder records no line for the return or for its gradient rules' bsyms: the message says
+    which they are, where it said ``<unknown source>``."""
+    compiled = _compile(_write_saved, entry)
+    with pytest.raises(SavedTensorMutationError) as info:
+        compiled(torch.randn(4, 4), torch.randn(4, requires_grad=True))
+    assert re.search(r"`t\d+ = mul` \(backward\)", str(info.value)), str(info.value)
+    compiled = _compile(_reshape_read_after_write, entry)
+    with pytest.raises(ViewGradientError) as info:
+        compiled(torch.randn(4, 4), torch.randn(4, requires_grad=True))
+    assert "`python_return` (the return)" in str(info.value), str(info.value)
+    assert "<unknown source>" not in str(info.value)

@@ -380,16 +380,26 @@ def writes_with_grad(bsym: BoundSymbol) -> bool:
 
 
 def source_line(bsym: BoundSymbol) -> str:
-    """'file:line' of the user code that produced ``bsym``, or '<unknown source>'."""
+    """'file:line' of the user code that produced ``bsym``; where Thunder records none, 'the
+    return', 'backward' (Thunder's gradient rules record no line), or '<unknown source>'."""
     pos = getattr(bsym, "source_positions", None)
     fname = getattr(bsym, "source_filename", None)
     if pos is None or fname is None:
         for sub in bsym.subsymbols:
-            s = source_line(sub)
-            if s != "<unknown source>":
+            s = _recorded_line(sub)
+            if s is not None:
                 return s
-        return "<unknown source>"
+        if is_return(bsym):
+            return "the return"
+        return "backward" if in_backward(bsym) else "<unknown source>"
     return f"{fname}:{pos.lineno}"
+
+
+def _recorded_line(bsym: BoundSymbol) -> str | None:
+    pos, fname = getattr(bsym, "source_positions", None), getattr(bsym, "source_filename", None)
+    if pos is not None and fname is not None:
+        return f"{fname}:{pos.lineno}"
+    return next((s for s in map(_recorded_line, bsym.subsymbols) if s is not None), None)
 
 
 def describe(bsym: BoundSymbol) -> str:
