@@ -4163,3 +4163,80 @@ def test_an_input_returned_twice_after_a_gradient_write_gets_both_cotangents(fn)
     folding an identity op.  ThunderFX refuses these (Dynamo hands the input itself back)."""
     make = lambda g: (torch.randn(4, 3), (torch.randn(4, 3, requires_grad=g) * 1) if g else torch.randn(4, 3))  # noqa: E731
     assert_matches_eager(fn, make, configs=ALL_CELLS)
+
+
+# -- soak seed 84001 ---------------------------------------------------------------------------
+
+
+def input_written_beside_a_functional_partial_write(a, b, c, rm, rv):  # soak seed 84001
+    rm.zero_()
+    t0 = c.type_as(c)
+    c.div_(0.5)
+    t0[1:] = rv
+    c.sin_()
+    with torch.no_grad():
+        b.mul_(t0)
+    t0.addcdiv_(a, a.abs() + 1, value=1.5)
+    with torch.no_grad():
+        rv.mul_(0.9).add_(b.mean(0), alpha=0.1)
+    return (t0,)
+
+
+def input_written_beside_a_functional_partial_write_shortened(a, b, c, rv):
+    t0 = c.type_as(c)
+    t0[1:] = rv
+    with torch.no_grad():
+        b.mul_(t0)
+    t0.addcdiv_(a, a.abs() + 1, value=1.5)
+    with torch.no_grad():
+        rv.mul_(0.9).add_(b.mean(0), alpha=0.1)
+    return (t0,)
+
+
+def _abc(g):
+    return torch.randn(4, 3, requires_grad=g), torch.randn(4, 3, requires_grad=g), torch.randn(4, 3)
+
+
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (input_written_beside_a_functional_partial_write, lambda g: (*_abc(g), torch.randn(3), torch.rand(3) + 0.5)),
+        (input_written_beside_a_functional_partial_write_shortened, lambda g: (*_abc(g), torch.rand(3) + 0.5)),
+    ],
+    ids=["soak", "shortened"],
+)
+def test_an_input_written_beside_a_functional_partial_write_ends_the_torch_compile_region(fn, make):
+    """Was silently wrong (soak seed 84001: ``torch_compile_ex``, grad, both fusion types, through
+    ``thunder.jit``; plain Thunder right): ``b`` (a leaf that requires grad, written under no-grad)
+    stays in place, ``t0[1:] = rv`` into ``c`` became a functional partial write, and in one
+    Inductor region ``rv``'s update read the mean of ``b * t0 * t0``: Inductor recomputed the
+    value written into ``b`` from ``b`` after writing it.  The input's next use now starts a new
+    region (``InductorRegions``, the seventh family)."""
+    assert_matches_eager(fn, make, configs=ALL_CELLS)
+
+
+def _scatter_then_input_written_then_reduced(c, rv, b):
+    t0 = c.clone()
+    t0[1:] = rv
+    b.mul_(t0)
+    return t0 + 1, b.mean(0)
+
+
+def _input_written_then_scatter_then_both_read(c, rv, b):
+    b.mul_(c)
+    t0 = c.clone()
+    t0[1:] = rv
+    return t0 + b, b.mean(0)
+
+
+@pytest.mark.parametrize("fn", [_scatter_then_input_written_then_reduced, _input_written_then_scatter_then_both_read], ids=lambda f: f.__name__)
+def test_a_partial_write_beside_a_written_input_is_wrong_in_plain_torch_compile(fn):
+    """The upstream bug the seventh region end works around (torch 2.11, CPU): fails when
+    Inductor gets it right, and the region end can go (docs/workarounds.md)."""
+    torch._dynamo.reset()
+    args = (torch.randn(4, 3), torch.rand(3) + 0.5, torch.randn(4, 3))
+    expected_args = [x.clone() for x in args]
+    expected = fn(*expected_args)
+    got = torch.compile(fn, fullgraph=True)(*args)
+    torch.testing.assert_close(args[2], expected_args[2])  # the write itself is right
+    assert not torch.allclose(got[1], expected[1]), "plain torch.compile is right here now: the seventh region end may go"

@@ -104,6 +104,10 @@ class InductorRegions(WalkPolicy):
         self.cut_origin: dict[str, tuple[str, str]] = {}
         self.region_inputs_used: dict[str, set[str]] = {}
         self.region_written: set[str] = set()
+        # Seventh family, since the last cut: whether a functional partial write was seen, and
+        # the inputs written (group -> the write).
+        self.region_scatters = False
+        self.region_inputs_written: dict[str, BoundSymbol] = {}
         self._all_members: dict[str, list[str]] | None = None
         self._group_numel: dict[str, int] | None = None  # group -> elements of its largest member
         self._input_groups: set[str] | None = None
@@ -324,6 +328,7 @@ class InductorRegions(WalkPolicy):
             return
         # A new region starts after this barrier: its outputs are the region's inputs.
         self.cut_origin, self.region_inputs_used, self.region_written = {}, {}, set()
+        self.region_scatters, self.region_inputs_written = False, {}
         for v, new in renamed:
             self.cut_origin[new.name] = (new.name, self.walk.storage_of(v.name))
 
@@ -394,6 +399,18 @@ class InductorRegions(WalkPolicy):
         ``rm``'s value a clone: soak seed 72000, where plain Thunder is right), so such a clone
         starts a new region.
 
+        The seventh family: a functional partial write (``t0 = c.clone(); t0[1:] = rv``, or
+        ``copy_with_setitem``) and a whole write into an input in one region, in either order,
+        then the input used: ``b.mul_(t0); return t0 + 1, b.mean(0)`` returns the mean of ``b *
+        t0 * t0`` (Inductor recomputes the written value from ``b`` after writing it;
+        ``b.mul_(c)`` as the write with ``t0 + b, b.mean(0)`` read after, too; plain
+        ``torch.compile``, torch 2.11).  It reaches the transform's traces where ``b`` is kept in
+        place (a leaf that requires grad, written under ``torch.no_grad()``) and a write to
+        another input became a functional partial write (soak seed 84001, where plain Thunder
+        is right), so the input's next use starts a new region.  Without the partial write
+        (``t0 = c * 2``) the same region comes out right, and so does an elementwise read of
+        ``b`` alone, but the rule does not rely on which reads Inductor recomputes.
+
         Such a region is possible whether barriers are fused or not (with a backward they are
         not): where data edges already order the accesses no barrier stands between them
         (``rv.copy_(rm); rm += rv`` with grad).  So whenever ``torch_compile_ex`` is among the
@@ -445,6 +462,7 @@ class InductorRegions(WalkPolicy):
         self.region_ends.clear()
         self.derived_from.clear()
         self.derived_names.clear()
+        self.region_scatters, self.region_inputs_written = False, {}
         for key, (v, _) in list(plan.rename.items()):  # a caller's plan (a remat pin) may hold views
             if self.replayable(self.stripped_name(v.name)) is not None:
                 del plan.rename[key]
@@ -670,6 +688,17 @@ class InductorRegions(WalkPolicy):
             # Sixth family: a later clone of the input in this region would hand out the input.
             for g in sorted(write_groups & self.input_groups()):
                 ends.setdefault((g, "copy"), _RegionEnd(bsym, outs[0], "copies an input written in part by", "copy"))
+        # Seventh family: a functional partial write and a write into an input in one region, in
+        # either order; the input's next use starts a new region.
+        why = "uses an input written in a region with a functional partial write:"
+        if str(bsym.sym.name) in SLICE_WRITES:
+            self.region_scatters = True
+            for g, w in self.region_inputs_written.items():
+                ends.setdefault((g, "use"), _RegionEnd(w, tensor_outs(w)[0], why, "use"))
+        for g in sorted(write_groups & self.input_groups()):
+            self.region_inputs_written.setdefault(g, bsym)
+            if self.region_scatters:
+                ends.setdefault((g, "use"), _RegionEnd(bsym, outs[0], why, "use"))
         # What this bsym's outputs derive from: its own reads of inputs, and what its arguments
         # derive from; a write's output is the new version of its destination, not a read of it.
         derived = set().union(*(self.derived_from.get(p.name, ()) for p in tensor_args(bsym)))
