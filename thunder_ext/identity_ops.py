@@ -163,9 +163,9 @@ def separate_repeated_outputs(trace: TraceCtx, differentiable: frozenset[str]) -
 
     Folded identity ops can make two outputs one proxy (``t1 = t0.type_as(t0)``, then ``return
     t0, t1``: one tensor in eager), and so can a returned input whose writes became values
-    (``a0 = a; a += b; return a0, a``: both are the value written).  Thunder's autodiff gives a repeated output one cotangent, so
-    the second output's gradient would be lost; a ``shallow_copy`` is the same values under another
-    name, whose gradient is the identity.
+    (``a0 = a; a += b; return a0, a``: both are the value written).  Thunder's autodiff gives a
+    repeated output one cotangent, so the second output's gradient would be lost; a
+    ``shallow_copy`` is the same values under another name, whose gradient is the identity.
 
     Before::
 

@@ -6,8 +6,9 @@ Use it as ``thunder.jit(fn, transforms=[InplaceBarrierTransform()])`` or through
 It acts twice:
 
 * before autodiff (``transform_traces_pre_prologue``), on the computation trace, after
-  recording each bsym at the user's line (:mod:`thunder_ext.source_lines`) and folding the ops that hand back their input itself (:mod:`thunder_ext.identity_ops`), where it also
-  refuses the constructs whose gradients Thunder gets wrong (:mod:`thunder_ext.refusals`);
+  recording each bsym at the user's line (:mod:`thunder_ext.source_lines`) and folding the ops
+  that hand back their input itself (:mod:`thunder_ext.identity_ops`), where it also refuses
+  the constructs whose gradients Thunder gets wrong (:mod:`thunder_ext.refusals`);
 * at the fusion stage, after every decomposition and before any fusion pass, through
   :class:`thunder_ext.integration.BarrierStage`, where it also refuses forward writes to
   values the backward reads (class 6).
