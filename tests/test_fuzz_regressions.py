@@ -4193,6 +4193,17 @@ def input_written_beside_a_functional_partial_write_shortened(a, b, c, rv):
     return (t0,)
 
 
+def input_written_beside_a_partial_write_then_summed(a, b, c, rv):
+    t0 = c.type_as(c)
+    t0[1:] = rv
+    with torch.no_grad():
+        b.mul_(t0)
+    t0.add_(a)
+    with torch.no_grad():
+        rv.add_(b.sum(0))
+    return (t0, b * 1)
+
+
 def _abc(g):
     return torch.randn(4, 3, requires_grad=g), torch.randn(4, 3, requires_grad=g), torch.randn(4, 3)
 
@@ -4202,8 +4213,9 @@ def _abc(g):
     [
         (input_written_beside_a_functional_partial_write, lambda g: (*_abc(g), torch.randn(3), torch.rand(3) + 0.5)),
         (input_written_beside_a_functional_partial_write_shortened, lambda g: (*_abc(g), torch.rand(3) + 0.5)),
+        (input_written_beside_a_partial_write_then_summed, lambda g: (*_abc(g), torch.rand(3) + 0.5)),
     ],
-    ids=["soak", "shortened"],
+    ids=["soak", "shortened", "summed"],
 )
 def test_an_input_written_beside_a_functional_partial_write_ends_the_torch_compile_region(fn, make):
     """Was silently wrong (soak seed 84001: ``torch_compile_ex``, grad, both fusion types, through

@@ -399,9 +399,9 @@ class InductorRegions(WalkPolicy):
         ``rm``'s value a clone: soak seed 72000, where plain Thunder is right), so such a clone
         starts a new region.
 
-        The seventh family: a functional partial write (``t0 = c.clone(); t0[1:] = rv``, or
-        ``copy_with_setitem``) and a whole write into an input in one region, in either order,
-        then the input used: ``b.mul_(t0); return t0 + 1, b.mean(0)`` returns the mean of ``b *
+        The seventh family: a functional partial write used as a value (``t0 = c.clone(); t0[1:]
+        = rv``, or ``copy_with_setitem``) and a whole write into an input in one region, in either
+        order, then the input used: ``b.mul_(t0); return t0 + 1, b.mean(0)`` returns the mean of ``b *
         t0 * t0`` (Inductor recomputes the written value from ``b`` after writing it;
         ``b.mul_(c)`` as the write with ``t0 + b, b.mean(0)`` read after, too; plain
         ``torch.compile``, torch 2.11).  It reaches the transform's traces where ``b`` is kept in
@@ -688,10 +688,12 @@ class InductorRegions(WalkPolicy):
             # Sixth family: a later clone of the input in this region would hand out the input.
             for g in sorted(write_groups & self.input_groups()):
                 ends.setdefault((g, "copy"), _RegionEnd(bsym, outs[0], "copies an input written in part by", "copy"))
-        # Seventh family: a functional partial write and a write into an input in one region, in
-        # either order; the input's next use starts a new region.
+        # Seventh family: a functional partial write used as a value and a write into an input
+        # in one region, in either order; the input's next use starts a new region.  A partial
+        # write only copied back into its input (``rm[1:] = 0.5`` at the fusion stage) is the
+        # second family's, and a cut there hands AOT autograd views it refuses (soak seed 62000).
         why = "uses an input written in a region with a functional partial write:"
-        if str(bsym.sym.name) in SLICE_WRITES:
+        if not is_copy(bsym) and self.reads_a_partial_write(bsym):
             self.region_scatters = True
             for g, w in self.region_inputs_written.items():
                 ends.setdefault((g, "use"), _RegionEnd(w, tensor_outs(w)[0], why, "use"))
@@ -719,6 +721,11 @@ class InductorRegions(WalkPolicy):
                 self.derived_from[o.name] = frozen
                 for g in frozen:
                     self.derived_names.setdefault(g, []).append(o.name)
+
+    def reads_a_partial_write(self, bsym: BoundSymbol) -> bool:
+        """Whether ``bsym`` reads a value a functional partial write made (:data:`SLICE_WRITES`)."""
+        made = (self.walk.made_at.get(p.name) for p in tensor_args(bsym))
+        return any(k is not None and str(self.walk.bsyms[k].sym.name) in SLICE_WRITES for k in made)
 
     def input_groups(self) -> set[str]:
         """The storage groups of the trace's inputs (what the caller can observe)."""
