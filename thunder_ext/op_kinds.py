@@ -382,20 +382,16 @@ def writes_with_grad(bsym: BoundSymbol) -> bool:
 def source_line(bsym: BoundSymbol) -> str:
     """'file:line' of the user code that produced ``bsym``; where Thunder records none, 'the
     return', 'backward' (Thunder's gradient rules record no line), or '<unknown source>'."""
-    pos = getattr(bsym, "source_positions", None)
-    fname = getattr(bsym, "source_filename", None)
-    if pos is None or fname is None:
-        for sub in bsym.subsymbols:
-            s = _recorded_line(sub)
-            if s is not None:
-                return s
-        if is_return(bsym):
-            return "the return"
-        return "backward" if in_backward(bsym) else "<unknown source>"
-    return f"{fname}:{pos.lineno}"
+    line = _recorded_line(bsym)
+    if line is not None:
+        return line
+    if is_return(bsym):
+        return "the return"
+    return "backward" if in_backward(bsym) else "<unknown source>"
 
 
 def _recorded_line(bsym: BoundSymbol) -> str | None:
+    """'file:line' Thunder recorded for ``bsym``, or else for its first subsymbol that has one."""
     pos, fname = getattr(bsym, "source_positions", None), getattr(bsym, "source_filename", None)
     if pos is not None and fname is not None:
         return f"{fname}:{pos.lineno}"
