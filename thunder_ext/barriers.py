@@ -141,6 +141,10 @@ class BarrierReport:
     # left in place with why (thunder_ext.functionalize, before autodiff).
     functional_inputs: list[str] = field(default_factory=list)
     kept_inputs: dict[str, str] = field(default_factory=dict)
+    kept_private_groups: int = 0  # private storage groups left in place, with their writes
+    # Ops that are a view or a copy by strides, both answers computed and chosen at run time
+    # (thunder_ext.stride_choices.StrideChoiceReport; before autodiff), or None.
+    stride_choices: object = None
     epilogue_writes: dict[str, BoundSymbol] = field(default_factory=dict)  # input -> its epilogue copy_
     # Old values of epilogue inputs the backward reads, cloned where they are made (fusion stage;
     # thunder_ext.saved_values): the copies a correct gradient costs.
@@ -961,6 +965,7 @@ def _pipeline(
     report.functionalized = freport.rewritten if freport is not None else []
     if freport is not None:
         report.functional_inputs, report.kept_inputs = freport.functional_inputs, freport.kept_inputs
+        report.kept_private_groups = freport.kept_private_groups
         report.epilogue_writes = freport.epilogue_writes
         report.zero_gradient_links = freport.zero_gradient_links
     if copied is not None:
@@ -993,7 +998,7 @@ def _functionalize(trace, new_trace, bsyms, config: StageConfig, effects: dict):
         return bsyms, None, []
     bsyms, freport = functionalize(
         trace, new_trace, bsyms, input_names(trace), config.executors, effects, config.differentiable,
-        config.functional_inputs, config.aliased_inputs,
+        config.functional_inputs, config.aliased_inputs, config.assumed_views,
     )  # fmt: skip
     if not freport.rewritten:
         return bsyms, freport, []

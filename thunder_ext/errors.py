@@ -24,6 +24,12 @@ class ViewGradientError(InplaceOrderingError):
     """Class 5: a gradient would flow through a view of a tensor mutated in place."""
 
 
+class StrideDependentViewError(ViewGradientError):
+    """Class 5 through an op that is a view or a copy by strides (``reshape``, ``contiguous``): the
+    answer depends on the caller's strides, and where those decide at run time the transform
+    computes both (:mod:`thunder_ext.stride_choices`)."""
+
+
 class SavedTensorMutationError(InplaceOrderingError):
     """Class 6: the forward writes in place to a value the backward reads."""
 

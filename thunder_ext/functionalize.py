@@ -234,8 +234,11 @@ class _Functionalizer:
         differentiable: frozenset[str] = frozenset(),
         functional_inputs: InputPolicy = InputPolicy(),
         aliased_inputs: tuple[frozenset[str], ...] = (),
+        assumed_views: frozenset[str] = frozenset(),
     ):
         self.trace, self.new_trace, self.bsyms = trace, new_trace, bsyms
+        # Outputs of ops that may be views, to be taken as views (thunder_ext.stride_choices).
+        self.assumed_views = assumed_views
         self.differentiable = differentiable
         self.executors = executors
         self.functional_inputs = functional_inputs
@@ -322,6 +325,9 @@ class _Functionalizer:
                     # or read at once): read as the value it has now and never replayed, so whether it
                     # copies or aliases (which depends on strides no trace records) makes no difference.
                     form = "r"
+                elif form is None and tensor_outs(bsym) and all(o.name in self.assumed_views for o in tensor_outs(bsym)):
+                    # A view by assumption: replayed on new values as a view of the same elements.
+                    form = "rw"
                 if form is None or arg is None or arg.name not in self.node:
                     bad.update(info.group_of(o) for o, _ in effect.aliases)
                     continue
@@ -330,7 +336,7 @@ class _Functionalizer:
                     self.view_of[n] = (i, k, self.node[arg.name])
                     self.node[o.name] = n
                     self.read_only[n] = form == "r" or self.read_only.get(self.node[arg.name], False)
-                    if not effect.is_view and form == "rw":
+                    if not effect.is_view and form == "rw" and o.name not in self.assumed_views:
                         self.identities.add(n)
             with_gradient |= gradient_groups
             for o in tensor_outs(bsym):
@@ -891,6 +897,7 @@ def functionalize(
     differentiable: frozenset[str] = frozenset(),
     functional_inputs: InputPolicy = InputPolicy(),
     aliased_inputs: tuple[frozenset[str], ...] = (),
+    assumed_views: frozenset[str] = frozenset(),
 ) -> tuple[list[BoundSymbol], FunctionalizeReport]:
     """Rewrite the writes to private storage in ``bsyms`` (barriers already stripped) out of place.
 
@@ -899,6 +906,9 @@ def functionalize(
     dead-code eliminated) and a report.  ``effects`` is a cache for
     :func:`thunder_ext.alias_analysis.storage_groups`.  ``differentiable`` (before autodiff) names
     the tensors gradients flow through: a write into one made with grad disabled stays in place.
+    ``assumed_views``: outputs of ops that may be views, taken as views (:mod:`thunder_ext.stride_choices`).
     """
-    f = _Functionalizer(trace, new_trace, bsyms, inputs, executors, effects, differentiable, functional_inputs, aliased_inputs)
+    f = _Functionalizer(
+        trace, new_trace, bsyms, inputs, executors, effects, differentiable, functional_inputs, aliased_inputs, assumed_views
+    )
     return f.run(), f.report

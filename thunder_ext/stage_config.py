@@ -60,6 +60,8 @@ class StageConfig:
     comment: bool = True  # each barrier gets a header saying why it is there
     nvfuser_may_run: bool | None = None  # overrides what the executors say (None: they decide)
     graph_module: bool = False  # the compiled function is an FX graph (ThunderFX)
+    # Outputs of ops that may be views, taken as views (before autodiff; thunder_ext.stride_choices).
+    assumed_views: frozenset[str] = frozenset()
 
     @property
     def write_barriers(self) -> bool:

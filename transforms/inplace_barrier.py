@@ -34,7 +34,7 @@ from thunder.core.trace import TraceCtx
 from thunder_ext import stage_config
 from thunder_ext.alias_analysis import input_names
 from thunder_ext.barriers import barrier_pass
-from thunder_ext.errors import InplaceOrderingError
+from thunder_ext.errors import InplaceOrderingError, StrideDependentViewError
 from thunder_ext.final_barriers import BarrierRemovalReport, count_barriers, remove_final_barriers
 from thunder_ext.identity_ops import fold_identity_ops, separate_repeated_outputs
 from thunder_ext.index_order import split_overlapping_index_writes
@@ -45,6 +45,12 @@ from thunder_ext.logs import log_refusal, log_removal, log_report, log_split
 from thunder_ext.nvfuser_forms import bump_written_versions
 from thunder_ext.batched_copies import batch_copies
 from thunder_ext.source_lines import attribute_user_lines
+from thunder_ext.stride_choices import (
+    answers_eager_differs_on,
+    choose_at_run_time,
+    find_stride_choices,
+    refuse_at_run_time,
+)
 from thunder_ext.reinplace import fold_copies, reinplace, reinplace_inputs
 from thunder_ext.refusals import (
     differentiable_names,
@@ -82,27 +88,11 @@ class InplaceBarrierTransform(thunder.Transform):
             cd, differentiable=frozenset(differentiable_names(computation_trace)), aliased_inputs=aliased, comment=self.comment
         )
         try:
-            # Thunder's barriers stripped, and their storage groups: the overlap check and the
-            # gradient refusals read the same analysis of the trace.
-            stripped = stripped_storage(computation_trace)
-            # An index write reading rows it overwrites is written one entry at a time, in eager's order.
-            computation_trace, split = split_overlapping_index_writes(computation_trace, stripped, config.differentiable)
-            if split.split:
-                log_split("before autodiff", split)
-                stripped = stripped_storage(computation_trace)
-                config = replace(config, differentiable=frozenset(differentiable_names(computation_trace)))
-            overlaps = refuse_overlapping_sources(computation_trace, inductor=config.inductor, stripped=stripped)
-            overlaps.split = split
-            new, report = barrier_pass(computation_trace, config)
-            if config.differentiable:
-                # Folding, and a returned input made its final value, can hand one proxy back twice.
-                new, report.repeated_outputs = separate_repeated_outputs(new, frozenset(differentiable_names(new)))
-            if config.differentiable:
-                refuse_unsupported_gradients(
-                    computation_trace, new, report, set(config.differentiable),
-                    nvfuser_may_run=config.nvfuser, inductor=config.inductor,
-                    stripped=stripped, graph_module=config.graph_module,
-                )  # fmt: skip
+            try:
+                computation_trace, config, new, report, stripped, overlaps = _place_and_refuse(computation_trace, config)
+            except StrideDependentViewError as refusal:
+                # The answer depends on strides: both, chosen at run time, where they can be.
+                computation_trace, config, new, report, stripped, overlaps = _choose_at_run_time(computation_trace, config, refusal)
         except InplaceOrderingError as e:
             log_refusal("before autodiff", e)
             raise
@@ -181,6 +171,69 @@ class InplaceBarrierTransform(thunder.Transform):
         after = transforms[next(k for k, t in enumerate(transforms) if t is self) + 1 :]
         base = thunder.Transform.transform_trace_post_optimization
         return all(type(t).transform_trace_post_optimization is base for t in after)
+
+
+def _place_and_refuse(computation_trace: TraceCtx, config: stage_config.StageConfig):
+    """The pass before autodiff and its refusals: the trace it read (index writes split), its
+    config, the new trace, the report, the stripped analysis and the overlap report."""
+    # Thunder's barriers stripped, and their storage groups: the overlap check and the
+    # gradient refusals read the same analysis of the trace.
+    stripped = stripped_storage(computation_trace)
+    # An index write reading rows it overwrites is written one entry at a time, in eager's order.
+    computation_trace, split = split_overlapping_index_writes(computation_trace, stripped, config.differentiable)
+    if split.split:
+        log_split("before autodiff", split)
+        stripped = stripped_storage(computation_trace)
+        config = replace(config, differentiable=frozenset(differentiable_names(computation_trace)))
+    overlaps = refuse_overlapping_sources(computation_trace, inductor=config.inductor, stripped=stripped)
+    overlaps.split = split
+    new, report = barrier_pass(computation_trace, config)
+    if config.differentiable:
+        # Folding, and a returned input made its final value, can hand one proxy back twice.
+        new, report.repeated_outputs = separate_repeated_outputs(new, frozenset(differentiable_names(new)))
+    if config.differentiable:
+        refuse_unsupported_gradients(
+            computation_trace, new, report, set(config.differentiable),
+            nvfuser_may_run=config.nvfuser, inductor=config.inductor,
+            stripped=stripped, graph_module=config.graph_module,
+        )  # fmt: skip
+    return computation_trace, config, new, report, stripped, overlaps
+
+
+def _choose_at_run_time(computation_trace: TraceCtx, config: stage_config.StageConfig, refusal: StrideDependentViewError):
+    """:func:`_place_and_refuse` on the program written once per answer of its ops that are a view
+    or a copy by strides (:mod:`thunder_ext.stride_choices`); ``refusal``, with a note saying
+    why, where that cannot be done or leaves a write in place."""
+    bsyms, info = stripped_storage(computation_trace)
+    choices, why = find_stride_choices(bsyms, info)
+    if not choices:
+        refusal.add_note(f"Not chosen at run time: {why or 'no op found to choose'}.")
+        raise refusal
+    both, choice = choose_at_run_time(computation_trace, bsyms, info, choices, config.differentiable)
+    if both is None:
+        refusal.add_note(f"Not chosen at run time: {choice.not_chosen}.")
+        raise refusal
+    config = replace(
+        config,
+        differentiable=frozenset(differentiable_names(both)) | choice.differentiable,
+        assumed_views=choice.assumed_views,
+    )
+    try:
+        both, config, new, report, stripped, overlaps = _place_and_refuse(both, config)
+    except InplaceOrderingError as e:
+        refusal.add_note(f"Not chosen at run time: with both answers, {type(e).__name__}: {e.args[0]}")
+        raise refusal from None
+    if report.kept_inputs or report.kept_private_groups:
+        refusal.add_note("Not chosen at run time: a write of one answer would stay in place.")
+        raise refusal
+    inexact, why = answers_eager_differs_on(new, choice)
+    if len(inexact) > 1:
+        refusal.add_note(f"Not chosen at run time: {why}.")
+        raise refusal
+    if inexact:  # the strides that give the other answer are refused when a call brings them
+        new = refuse_at_run_time(new, choice, inexact.pop(), f"{choice.chosen[0]}: {why}")
+    report.stride_choices = choice
+    return both, replace(config, assumed_views=frozenset()), new, report, stripped, overlaps
 
 
 def _is_backward(trace: TraceCtx) -> bool:

@@ -1,0 +1,458 @@
+"""Ops that are a view or a copy by their input's strides: both programs, chosen at run time.
+
+``reshape``, ``reshape_as``, a ``flatten`` that changes the rank, and ``contiguous`` return a view
+of their input (or the input itself) when its strides allow, and a copy otherwise.  Where such an
+op's output is read after a later write to the storage (``w = v.reshape(-1); v.mul_(2); return
+w``), eager's values and gradients depend on those strides, which no trace records.  Without
+gradients the write can stay in place, behind barriers, and the run-time op decides as eager's
+does; with gradients autodiff needs values, and the transform refused (class 5).
+
+:func:`choose_at_run_time` answers it where the op's input is a trace input or a chain of views
+of one, whose strides decide at run time.  It writes the program once per answer (a *world*):
+in the view world the op is taken as a view, which the functionalizer replays like any other
+(:meth:`thunder_ext.functionalize._Functionalizer.plan`, ``assumed_views``), and in the copy
+world its output is cloned.  Each world works on clones of the inputs the program writes.  A
+flag computed from the caller's tensor (:data:`is_view_at_run_time`, a metadata check, no data
+read) selects each output and each input's final value with ``where``; each written input gets
+that value in one ``copy_`` before the return.  Autodiff then sees values only, and ``where``
+routes each gradient to the world that ran as eager would.
+
+Before (``c`` a plain input, ``a`` requires grad)::
+
+    t0 = ltorch.reshape(c, -1)
+    t1 = ltorch.sum(a, 0)
+    t2 = ltorch.setitem_(c, slice(1, None), t1)
+    t3 = ltorch.setitem_(t0, slice(1, None), 1.5)
+    return (t0, c)
+
+After (the two worlds' bodies abbreviated)::
+
+    f0 = thunder_ext_strides.is_view_at_run_time(c, (), 'reshape', (12,))
+    c_v = ltorch.clone(c)
+    t4 = ltorch.reshape(c_v, -1)              # a view, by assumption
+    ...                                        # the body on c_v and t4
+    c_c = ltorch.clone(c)
+    t9 = ltorch.reshape(c_c, -1)
+    t10 = ltorch.clone(t9)                      # a copy, by assumption
+    ...                                        # the body on c_c and t10
+    t14 = ltorch.where(f0, t4, t10)
+    t15 = ltorch.where(f0, c_v, c_c)
+    t16 = prims.copy_(t15, c, grad_enabled=True)
+    return (t14, t16)
+
+The barrier pass then makes both worlds values.  It is used only where the plain pipeline
+refused for this reason, and kept only where every write of both worlds became a value: a
+world left in place would write with the op's run-time behaviour, not its assumption.
+
+Counted: the ops chosen at run time, and the worlds written (``StrideChoiceReport``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+import thunder.torch as ltorch
+from thunder.core import dtypes, prims
+from thunder.core.proxies import Proxy, ProxyTag, TensorProxy, variableify
+from thunder.core.pytree import tree_flatten, tree_map
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
+from thunder.extend import OperatorExecutor
+
+from thunder_ext.alias_analysis import AliasInfo, view_chain
+from thunder_ext.op_kinds import (
+    describe,
+    is_return,
+    tensor_args,
+    tensor_outs,
+    view_kind,
+    whole_tensor_versions,
+    writes_with_grad,
+)
+from thunder_ext.recording import record
+
+# More choices would write the program 2**k times.
+MAX_CHOICES = 2
+
+# The view ops a chain from the input may hold: Thunder's name -> the Tensor method eager calls.
+_TENSOR_METHODS = {"getitem": "__getitem__"}
+_CHAIN_OPS = frozenset(
+    {
+        "getitem", "transpose", "permute", "t", "view", "unsqueeze", "squeeze", "narrow", "select",
+        "diagonal", "expand", "movedim", "unflatten", "swapaxes", "mT",
+    }
+)  # fmt: skip
+
+
+def _is_view_at_run_time(
+    base: torch.Tensor, chain: tuple, kind: str, shape: tuple, like: tuple, refuse: bool | None = None, why: str = ""
+) -> torch.Tensor:
+    """Eager's choice, from ``base``'s strides: ``chain`` made again from it, then whether
+    ``reshape`` to ``shape`` would be a view (``view`` accepts the same strides) or ``contiguous``
+    would return it itself.  Metadata only; a bool tensor of shape ``like`` on ``base``'s device,
+    the predicate of a ``where`` of that shape (not a 0-d one: Inductor's C++ code generation
+    fails on a 0-d bool predicate broadcast into an int64 loop, torch 2.11).  Raises where the
+    answer is ``refuse``: the compiled program cannot give eager's gradients for it (``why``)."""
+    t = base
+    for name, args in chain:
+        t = getattr(torch.Tensor, _TENSOR_METHODS.get(name, name))(t, *args)
+    if kind == "contiguous":
+        answer = t.is_contiguous()
+    else:
+        try:
+            t.view(shape)
+            answer = True
+        except RuntimeError:
+            answer = False
+    if answer is refuse:
+        from thunder_ext.errors import StrideDependentViewError
+
+        raise StrideDependentViewError(
+            f"{why}: for the strides of this call it is {'a view' if answer else 'a copy'}, and eager's "
+            "gradients then differ from those of the program compiled (which requires grad where eager "
+            "would not, or gives a zero gradient where eager gives None). Clone where a copy is meant, "
+            "or make the input contiguous"
+        )
+    return torch.full(like, answer, dtype=torch.bool, device=base.device)
+
+
+def _is_view_meta(
+    base: TensorProxy, chain: tuple, kind: str, shape: tuple, like: tuple, refuse: bool | None = None, why: str = ""
+) -> TensorProxy:
+    out = TensorProxy(shape=like, device=base.device, dtype=dtypes.bool8, requires_grad=False)
+    # A flag from metadata: no gradient flows through it (autodiff takes it as a constant).
+    out.tags.add(ProxyTag.DETACHED_AUTOGRAD_GRAPH)
+    return out
+
+
+_STRIDES = OperatorExecutor("thunder_ext_strides")
+is_view_at_run_time = _STRIDES.register_operator("is_view_at_run_time", meta=_is_view_meta, fn=_is_view_at_run_time)
+
+
+@dataclass(frozen=True)
+class StrideChoice:
+    """One op whose answer the run-time strides choose."""
+
+    index: int  # in the bsyms
+    root: TensorProxy  # the trace input whose strides decide
+    chain: tuple  # the views from ``root`` to the op's input: (Tensor method, constant arguments)
+    kind: str  # 'reshape' or 'contiguous'
+    shape: tuple[int, ...]  # the output's shape
+
+
+@dataclass
+class StrideChoiceReport:
+    chosen: list[str] = field(default_factory=list)  # the ops, as 'name (file:line)'
+    worlds: int = 0
+    assumed_views: frozenset[str] = frozenset()  # the ops' outputs in the view worlds
+    differentiable: frozenset[str] = frozenset()  # the names gradients flow through, carried over
+    flags: frozenset[str] = frozenset()  # the flags' names
+    selections: dict[str, str] = field(default_factory=dict)  # a selection's name -> what it is, in words
+    not_chosen: str = ""  # why the program was left as it was
+
+
+def _read_after_next_write(i: int, info: AliasInfo, bsyms: Sequence[BoundSymbol], last_read: dict[str, int]) -> bool:
+    """What alias bsym ``i`` makes, or an alias made from it, is read at or after its storage's
+    next write: eager's answer then depends on whether it is a view."""
+    g = info.group_of(tensor_outs(bsyms[i])[0])
+    nxt = next((j for j in range(i + 1, len(bsyms)) if any(info.group_of(w) == g for w in info.effects[j].writes)), None)
+    if nxt is None:
+        return False
+    made = {o.name for o in tensor_outs(bsyms[i])}
+    for j in range(i + 1, nxt):
+        made.update(o.name for o, a in info.effects[j].aliases if a.name in made)
+    return any(last_read.get(n, -1) >= nxt for n in made)
+
+
+def find_stride_choices(bsyms: Sequence[BoundSymbol], info: AliasInfo) -> tuple[list[StrideChoice], str]:
+    """The ops whose view-or-copy answer a later write makes observable, each with the input
+    whose strides decide it; ([], why) where one cannot be decided so."""
+    last_read = {p.name: j for j, b in enumerate(bsyms) for p in tensor_args(b)}
+    made_at = {p.name: j for j, b in enumerate(bsyms) for p in b.flat_proxy_outs}
+    choices: list[StrideChoice] = []
+    for i, b in enumerate(bsyms):
+        e = info.effects[i]
+        if view_kind(b) != "maybe" or not e.aliases or e.writes or not tensor_outs(b):
+            continue
+        if not _read_after_next_write(i, info, bsyms, last_read):
+            continue
+        name = b.sym.name
+        x = tensor_args(b)[0]
+        if name == "contiguous":
+            fmt = b.kwargs.get("memory_format", torch.contiguous_format)
+            if fmt not in (torch.contiguous_format, torch.preserve_format):
+                return [], f"`{tensor_outs(b)[0].name} = contiguous` with memory format {fmt}"
+            kind = "contiguous"
+        elif name in ("reshape", "reshape_as", "flatten"):
+            kind = "reshape"
+        else:
+            return [], f"`{tensor_outs(b)[0].name} = {name}`"
+        shape = tuple(tensor_outs(b)[0].shape)
+        if not all(isinstance(s, int) for s in shape):
+            return [], "a symbolic shape"
+        if x.name in info.inputs:
+            root, steps = x.name, []
+        else:
+            root, steps = view_chain(x.name, bsyms, info.effects, made_at, info.inputs)
+        if root is None:
+            return [], f"`{x.name}`, the input of `{name}`, is not a trace input or a chain of views of one"
+        chain = []
+        for s in steps:
+            if s.sym.name not in _CHAIN_OPS or s.kwargs or any(isinstance(a, Proxy) for a in tree_flatten(s.args[1:])[0]):
+                return [], f"the view `{s.sym.name}` between `{root}` and `{name}`"
+            chain.append((s.sym.name, tuple(s.args[1:])))
+        choices.append(StrideChoice(i, _proxy_named(bsyms, root), tuple(chain), kind, shape))
+    if len(choices) > MAX_CHOICES:
+        return [], f"{len(choices)} such ops (at most {MAX_CHOICES})"
+    return choices, ""
+
+
+def _proxy_named(bsyms: Sequence[BoundSymbol], name: str) -> TensorProxy:
+    for b in bsyms:
+        for p in (*b.flat_proxy_args, *b.flat_proxy_outs):
+            if p.name == name and isinstance(p, TensorProxy):
+                return p
+    raise KeyError(name)
+
+
+def _is_unpack(bsym: BoundSymbol) -> bool:
+    return bsym.sym.id in (
+        prims.PrimIDs.UNPACK_TRIVIAL, prims.PrimIDs.UNPACK_SEQUENCE, prims.PrimIDs.UNPACK_KEY,
+        prims.PrimIDs.UNPACK_ATTR, prims.PrimIDs.UNPACK_EMPTY_DICT, prims.PrimIDs.UNPACK_DICT_KEY,
+    )  # fmt: skip
+
+
+def _defined(bsym: BoundSymbol) -> list[Proxy]:
+    """Every proxy ``bsym`` and its subsymbols make, outer first."""
+    out = list(bsym.flat_proxy_outs)
+    for s in bsym.subsymbols:
+        out.extend(_defined(s))
+    return out
+
+
+def _fresh(p: Proxy) -> Proxy:
+    """``p`` under a new name of the current trace."""
+    return p.replace(name=None)
+
+
+def choose_at_run_time(
+    trace: TraceCtx,
+    bsyms: Sequence[BoundSymbol],
+    info: AliasInfo,
+    choices: Sequence[StrideChoice],
+    differentiable: frozenset[str] = frozenset(),
+) -> tuple[TraceCtx | None, StrideChoiceReport]:
+    """The program once per answer of ``choices``, selected by flags computed at run time
+    (see the module's docstring).  ``bsyms``: the trace's, Thunder's barriers stripped, and
+    ``info`` their analysis.  (None, report) where the program is not of a form this handles.
+
+    ``differentiable``: the names gradients flow through in ``trace``; the report's
+    ``differentiable`` carries them over to the new names, with the selections of any."""
+    report = StrideChoiceReport()
+    ret_at = [k for k, b in enumerate(bsyms) if is_return(b)]
+    if len(ret_at) != 1 or ret_at[0] != len(bsyms) - 1:
+        report.not_chosen = "the return is not the last bsym"
+        return None, report
+    ret = bsyms[-1]
+    header = [b for b in bsyms if _is_unpack(b)]
+    body = [(k, b) for k, b in enumerate(bsyms[:-1]) if not _is_unpack(b)]
+    # The inputs written: each world writes clones of them, and the caller's get the chosen value.
+    written: dict[str, TensorProxy] = {}
+    members = info.groups.members()
+    with_grad: set[str] = set()
+    for k, e in enumerate(info.effects):
+        for w in e.writes:
+            ins = [n for n in members.get(info.group_of(w), ()) if n in info.inputs]
+            if len(ins) != 1:
+                report.not_chosen = "a write to storage that is not one input's"
+                return None, report
+            written[ins[0]] = _proxy_named(bsyms, ins[0])
+            if writes_with_grad(bsyms[k]):
+                with_grad.add(ins[0])
+    new = from_trace(trace)
+    by_index = {c.index: c for c in choices}
+    out: list[BoundSymbol] = list(header)
+    assumed: set[str] = set()
+    with tracectx(new):
+        # (choice, shape) -> its flag in that shape; computed first, before any write to its input.
+        flag_of: dict[tuple, TensorProxy] = {}
+        flag_bsyms: list[BoundSymbol] = []
+
+        def flag(k: int, shape: tuple) -> TensorProxy:
+            if (k, shape) not in flag_of:
+                c = choices[k]
+                made, flag_of[k, shape] = record(new, lambda: is_view_at_run_time(c.root, c.chain, c.kind, c.shape, shape))
+                flag_bsyms.extend(made)
+            return flag_of[k, shape]
+
+        worlds = list(itertools.product((True, False), repeat=len(choices)))  # True: the op is a view
+        results: list[dict[str, Proxy]] = []
+        for world in worlds:
+            swap: dict = {}
+            for name, x in written.items():
+                made, clone = record(new, lambda x=x: ltorch.clone(x))
+                out.extend(made)
+                swap[variableify(x)] = clone
+            for k, b in body:
+                inner = {variableify(p): _fresh(p) for p in _defined(b) if p.name not in info.inputs}
+                copy = b.from_bsym_swap_proxies({**swap, **inner})
+                out.append(copy)
+                for p in b.flat_proxy_outs:
+                    swap[variableify(p)] = inner[variableify(p)]
+                c = by_index.get(k)
+                if c is None:
+                    continue
+                o = tensor_outs(copy)[0]
+                if world[choices.index(c)]:
+                    assumed.add(o.name)
+                else:
+                    made, clone = record(new, lambda o=o: ltorch.clone(o))
+                    out.extend(made)
+                    swap[variableify(tensor_outs(b)[0])] = clone
+            results.append(swap)
+
+        # Names gradients flow through, in every world (a clone of an input included).
+        diff = {n for n in differentiable if n in info.inputs}
+        for swap in results:
+            for v, p in swap.items():
+                if v.proxy.name in differentiable:
+                    diff.add(p.name)
+
+        def select(p: Proxy, what: str) -> Proxy:
+            versions = [s.get(variableify(p), p) for s in results]
+            if all(v is versions[0] for v in versions):
+                return versions[0]
+            if not isinstance(p, TensorProxy):
+                raise _NotOneAnswer(p.name)
+            flags = [flag(k, tuple(p.shape)) for k in range(len(choices))]
+            made, value = record(new, lambda: _where_all(flags, versions))
+            out.extend(made)
+            if any(v.name in diff for v in versions):
+                diff.update(o.name for b in made for o in tensor_outs(b))
+            report.selections[value.name] = what
+            return value
+
+        def last_version(x: TensorProxy) -> TensorProxy:
+            """The last name the trace gives the caller's tensor ``x`` (an in-place op's output on
+            it): the name autodiff's analysis reads its gradient through."""
+            whole = whole_tensor_versions(bsyms, {x.name}, info.effects)
+            return next((o for b in reversed(bsyms) for o in tensor_outs(b) if o.name in whole), x)
+
+        finals: dict = {}
+        values: dict[str, TensorProxy] = {}
+        try:
+            for name, x in written.items():
+                values[name] = value = select(last_version(x), f"the new value of `{name}`")
+                made, copied = record(new, lambda x=x, value=value: prims.copy_(value, x, grad_enabled=name in with_grad))
+                out.extend(made)
+                if value.name in diff:
+                    diff.add(copied.name)
+                finals[variableify(x)] = copied
+            # The caller's tensor after its writes (the input, or an in-place op's output on it) is
+            # the final copy's output; but as an output, after a write that carries a gradient, it
+            # is the value, which has the history (as functionalize returns it).  Anything else
+            # returned is chosen.
+            as_input, as_output = {}, {}
+            for name, x in written.items():
+                for n in whole_tensor_versions(bsyms, {name}, info.effects):
+                    as_input[n] = finals[variableify(x)]
+                    as_output[n] = values[name] if name in with_grad else finals[variableify(x)]
+            for k, p in enumerate(_outputs(ret)):
+                if p.name not in as_output:
+                    as_output[p.name] = as_input[p.name] = select(p, f"output {k}")
+            for p in ret.flat_proxy_args:
+                if p.name not in as_output:
+                    as_output[p.name] = as_input[p.name] = select(p, f"`{p.name}`")
+        except _NotOneAnswer as e:
+            report.not_chosen = f"`{e}`, which is not a tensor, differs between the answers"
+            return None, report
+    out.append(_return_of(ret, as_output, as_input))
+    new.bound_symbols = out[: len(header)] + flag_bsyms + out[len(header) :]
+    new.set_provenance(TraceProvenance("Ops that are a view or a copy by strides, chosen at run time (thunder_ext)"))
+    report.worlds = len(worlds)
+    report.chosen = [describe(bsyms[c.index]) for c in choices]
+    report.assumed_views = frozenset(assumed)
+    report.differentiable = frozenset(diff)
+    report.flags = frozenset(p.name for p in flag_of.values())
+    return new, report
+
+
+def _outputs(ret: BoundSymbol) -> list[Proxy]:
+    """The proxies the return hands the caller, in order (not its ``flat_args`` entry)."""
+    args = ret.args
+    data = [{k: v for k, v in a.items() if k != "flat_args"} if isinstance(a, dict) else a for a in args]
+    return [p for p in tree_flatten(data)[0] if isinstance(p, Proxy)]
+
+
+def _return_of(ret: BoundSymbol, as_output: dict, as_input: dict) -> BoundSymbol:
+    """``ret`` returning the chosen values (original name -> proxy); its ``flat_args`` entry, which
+    names the inputs themselves, reads ``as_input``."""
+
+    def swap(x, to):
+        return tree_map(lambda p: to.get(p.name, p) if isinstance(p, Proxy) else p, x)
+
+    args = tuple(
+        {k: swap(v, as_input if k == "flat_args" else as_output) for k, v in a.items()} if isinstance(a, dict) else swap(a, as_output)
+        for a in ret.args
+    )
+    return ret.from_bsym(args=args)
+
+
+def answers_eager_differs_on(trace: TraceCtx, report: StrideChoiceReport) -> tuple[set[bool], str]:
+    """The answers of a single choice on which the compiled program cannot be eager's, and why in
+    words; ``trace``: the barrier pass's output, values only.
+
+    An answer is exact where every selection depends on at least the inputs that require grad
+    that the other answer's does: its outputs' ``requires_grad``, fixed when the function is
+    compiled, and each input's ``grad`` (None or a tensor) are then eager's.  For the other
+    answer eager's outputs would not require grad, or an input's ``grad`` would stay None, where
+    a ``where`` passes a zero gradient to the answer not taken.  With more than one choice,
+    every answer must select values that depend on the same such inputs.
+    """
+    from thunder_ext.refusals import differentiable_names
+
+    grad_inputs = [a.name for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad]
+    feeds = {x: differentiable_names(trace, frozenset({x})) for x in grad_inputs}
+    inexact: set[bool] = set()
+    why = ""
+    for b in trace.bound_symbols:
+        args = tensor_args(b)
+        if b.sym.name != "where" or len(args) != 3 or args[0].name not in report.flags:
+            continue
+        for x, names in feeds.items():
+            as_view, as_copy = args[1].name in names, args[2].name in names
+            if as_view == as_copy:
+                continue
+            inexact.add(as_copy)  # the answer whose selection depends on less
+            what = report.selections.get(tensor_outs(b)[0].name, f"`{tensor_outs(b)[0].name}`")
+            why = why or f"whether {what} depends on `{x}`, which requires grad, depends on it"
+    if len(report.chosen) > 1 and inexact:
+        inexact = {True, False}
+    return inexact, why
+
+
+def refuse_at_run_time(trace: TraceCtx, report: StrideChoiceReport, answer: bool, why: str) -> TraceCtx:
+    """``trace`` with each flag raising, at run time, where the strides give ``answer``."""
+    new = from_trace(trace)
+    new.bound_symbols = [
+        b.from_bsym(args=(*b.args[:5], answer, why)) if b.sym is is_view_at_run_time else b
+        for b in trace.bound_symbols
+    ]
+    new.set_provenance(TraceProvenance("Refuse the strides eager's gradients differ on, at run time (thunder_ext)"))
+    return new
+
+
+class _NotOneAnswer(Exception):
+    pass
+
+
+def _where_all(flags: Sequence[TensorProxy], versions: Sequence[TensorProxy]) -> TensorProxy:
+    """``versions`` ordered as ``itertools.product((True, False), ...)`` over ``flags``: the one
+    the flags pick."""
+    if not flags:
+        return versions[0]
+    half = len(versions) // 2
+    return ltorch.where(flags[0], _where_all(flags[1:], versions[:half]), _where_all(flags[1:], versions[half:]))
