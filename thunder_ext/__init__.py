@@ -18,6 +18,7 @@ __all__ = [
     "SavedTensorMutationError",
     "TraceInvariantError",
     "UnorderableAccessError",
+    "StrideDependentViewError",
     "ViewGradientError",
     "Violation",
     "assert_valid",
@@ -61,6 +62,7 @@ _HOMES = {
     "OverwriteGradientError": "thunder_ext.errors",
     "SavedTensorMutationError": "thunder_ext.errors",
     "UnorderableAccessError": "thunder_ext.errors",
+    "StrideDependentViewError": "thunder_ext.errors",
     "ViewGradientError": "thunder_ext.errors",
 }
 # The pass itself is used inside the transform too; only the public names check their argument.
@@ -81,6 +83,7 @@ if TYPE_CHECKING:
         OverwriteGradientError,
         SavedTensorMutationError,
         UnorderableAccessError,
+        StrideDependentViewError,
         ViewGradientError,
     )
     from thunder_ext.graph import draw_trace, save_trace_graph, trace_graph

@@ -220,9 +220,13 @@ def _choose_at_run_time(computation_trace: TraceCtx, config: stage_config.StageC
     )
     try:
         both, config, new, report, stripped, overlaps = _place_and_refuse(both, config)
-    except InplaceOrderingError as e:
-        refusal.add_note(f"Not chosen at run time: with both answers, {type(e).__name__}: {e.args[0]}")
+    except StrideDependentViewError as e:
+        refusal.add_note(f"Not chosen at run time: with both answers, {e.args[0]}")
         raise refusal from None
+    except InplaceOrderingError as e:
+        # A refusal of both answers alike: its own reason is the one to give.
+        e.add_note(f"Found with both answers of {', '.join(choice.chosen)} written out (thunder_ext.stride_choices).")
+        raise e from None
     if report.kept_inputs or report.kept_private_groups:
         refusal.add_note("Not chosen at run time: a write of one answer would stay in place.")
         raise refusal

@@ -1,0 +1,163 @@
+"""Ops that are a view or a copy by strides, read after a later write with grad: both answers
+computed, the caller's strides choosing at run time (:mod:`thunder_ext.stride_choices`).
+
+Each program is compared with eager on inputs of two layouts, one where the op is a view and one
+where it copies, through every cell of the matrix.  Where eager's gradient structure differs
+between the two (an output requires grad for one layout only), the layout the compiled program
+cannot match is refused when a call brings it, in words that name the op.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from support import MATRIX, config_id
+
+JIT = tuple(c for c in MATRIX if c.entry == "jit")
+THUNDERFX = tuple(c for c in MATRIX if c.entry == "thunderfx")
+from thunder_ext import StrideDependentViewError, ViewGradientError
+from thunder_ext.stride_choices import _is_view_at_run_time
+from thunder_ext.testing.compare import Builder, _assert_same, clone_args, compile_fn, differential, error_in_chain, execute
+
+
+def _contiguous(grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(4, 3, requires_grad=grad), torch.randn(4, 3)
+
+
+def _transposed(grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(4, 3, requires_grad=grad), torch.randn(3, 4).t()
+
+
+LAYOUTS = {"contiguous": _contiguous, "transposed": _transposed}
+
+
+def reshape_read_with_its_source(a, v):
+    w = v.reshape(-1)  # a view of v where v is contiguous, a copy otherwise
+    v.mul_(2)
+    return w * a.view(-1), v
+
+
+def contiguous_written_then_its_source_read(a, b):
+    t = b.contiguous()  # b itself where b is contiguous
+    t.mul_(2)
+    return b * a, t * a
+
+
+def reshape_written_after_its_source(a, c):  # soak seed 84002
+    t0 = c.reshape(-1)
+    c[1:] = a.sum(0)
+    t0[1:] = 1.5
+    return t0 * 1, c
+
+
+def contiguous_written_after_its_source(a, b):  # soak seed 84002
+    t1 = b.contiguous()
+    b.copy_(a)
+    t1[1:] = 0.5
+    return t1 * 1, b
+
+
+def _build(fn, make, grad: bool) -> Builder:
+    return lambda: (fn, list(make(grad)), {})
+
+
+def _assert_eager(fn, make, config, grad: bool) -> None:
+    v = differential(_build(fn, make, grad), config)
+    assert v.status == "correct", v.detail
+
+
+@pytest.mark.parametrize("config", MATRIX, ids=config_id)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("fn", [reshape_read_with_its_source, contiguous_written_then_its_source_read], ids=lambda f: f.__name__)
+def test_both_layouts_are_eager_s(fn, layout, config):
+    """Both answers depend on the same inputs that require grad: every layout is answered."""
+    for grad in (False, True):
+        _assert_eager(fn, LAYOUTS[layout], config, grad)
+
+
+@pytest.mark.parametrize("fn", [reshape_read_with_its_source, contiguous_written_then_its_source_read], ids=lambda f: f.__name__)
+def test_one_compiled_function_answers_each_layout_of_its_calls(fn):
+    """The choice is made at each call, from that call's strides: Thunder's cache does not look at
+    strides, so the first layout compiled must not fix the answer for the second."""
+    config = MATRIX[0]
+    compiled = compile_fn(fn, config)
+    for make in (_contiguous, _transposed, _contiguous):
+        torch.manual_seed(0)
+        args = make(True)
+        expected = execute(fn, clone_args(args), {})
+        got = execute(compiled, clone_args(args), {})
+        assert got.error is None, got.error
+        _assert_same(got, expected)
+    # The two layouts give different numbers in eager, so the test tells the answers apart.
+    torch.manual_seed(0)
+    first = execute(fn, clone_args(_contiguous(True)), {})
+    torch.manual_seed(0)
+    second = execute(fn, clone_args(_transposed(True)), {})
+    assert not all(torch.equal(x, y) for x, y in zip(first.outputs, second.outputs))
+
+
+@pytest.mark.parametrize("config", JIT, ids=config_id)
+@pytest.mark.parametrize("fn", [reshape_written_after_its_source, contiguous_written_after_its_source], ids=lambda f: f.__name__)
+def test_the_soak_s_programs_are_answered_where_plain_thunder_matched(fn, config):
+    """Soak seed 84002's needless refusals: on contiguous inputs, as the soak drew them, eager's
+    answer is the view, and the program is answered with and without grad."""
+    for grad in (False, True):
+        _assert_eager(fn, _contiguous, config, grad)
+
+
+@pytest.mark.parametrize("config", THUNDERFX, ids=config_id)
+@pytest.mark.parametrize("fn", [reshape_written_after_its_source, contiguous_written_after_its_source], ids=lambda f: f.__name__)
+def test_under_thunderfx_the_soak_s_programs_get_the_refusal_of_their_input_write(fn, config):
+    """Under ThunderFX a plain input written with a value that carries a gradient is refused in any
+    case (Dynamo hands the caller its own tensor, without history): with both answers written
+    out, that is the reason given, not the op that may copy."""
+    _assert_eager(fn, _contiguous, config, False)
+    v = differential(_build(fn, _contiguous, True), config)
+    error = error_in_chain(v.outcome.error, ViewGradientError)
+    assert v.status == "refused" and error is not None, v.detail
+    assert not isinstance(error, StrideDependentViewError) and "Dynamo hands the input itself back" in str(error), str(error)
+
+
+@pytest.mark.parametrize("config", JIT, ids=config_id)
+@pytest.mark.parametrize("fn", [reshape_written_after_its_source, contiguous_written_after_its_source], ids=lambda f: f.__name__)
+def test_a_layout_whose_gradients_differ_is_refused_at_the_call(fn, config):
+    """For a copy, eager's first output does not depend on ``a`` (it does not require grad); for a
+    view it does.  A compiled function fixes its outputs' ``requires_grad``, so the copy's layout
+    is refused when a call brings it, naming the op; without grad there is nothing to refuse."""
+    _assert_eager(fn, _transposed, config, False)
+    v = differential(_build(fn, _transposed, True), config)
+    error = error_in_chain(v.outcome.error, StrideDependentViewError)
+    assert v.status == "refused" and error is not None, v.detail
+    assert "for the strides of this call it is a copy" in str(error), str(error)
+    assert "reshape" in str(error) or "contiguous" in str(error), str(error)
+
+
+def _eager_is_view(t: torch.Tensor, kind: str, shape: tuple) -> bool:
+    out = t.contiguous() if kind == "contiguous" else t.reshape(shape)
+    return out is t if kind == "contiguous" else out.data_ptr() == t.data_ptr() and out._base is not None
+
+
+@pytest.mark.parametrize(
+    "base, chain",
+    [
+        (torch.randn(4, 6), ()),
+        (torch.randn(6, 4).t(), ()),
+        (torch.randn(4, 6), (("getitem", ((slice(None), slice(None, None, 2)),)),)),
+        (torch.randn(4, 6), (("getitem", ((slice(1, 3),),)),)),
+        (torch.randn(4, 6), (("transpose", (0, 1)), ("getitem", ((slice(None, 3),),)))),
+        (torch.randn(2, 3, 4), (("permute", (2, 0, 1)),)),
+    ],
+    ids=["contiguous", "transposed", "strided-columns", "rows", "transposed-rows", "permuted"],
+)
+@pytest.mark.parametrize("kind", ["reshape", "contiguous"])
+def test_the_run_time_flag_is_eager_s_own_choice(base, chain, kind):
+    """The flag makes the chain again from the input and asks what eager's op would do: checked
+    against the op itself, on layouts where it is a view and where it copies."""
+    t = base
+    for name, args in chain:
+        t = getattr(torch.Tensor, "__getitem__" if name == "getitem" else name)(t, *args)
+    shape = (t.numel(),)
+    flag = _is_view_at_run_time(base, chain, kind, shape, (2,))
+    assert flag.shape == (2,) and flag.dtype == torch.bool
+    assert bool(flag[0]) == _eager_is_view(t, kind, shape)
