@@ -16,7 +16,7 @@ from support import MATRIX, config_id
 
 JIT = tuple(c for c in MATRIX if c.entry == "jit")
 THUNDERFX = tuple(c for c in MATRIX if c.entry == "thunderfx")
-from thunder_ext import StrideDependentViewError, ViewGradientError
+from thunder_ext import StrideDependentViewError, ViewGradientError, last_reports
 from thunder_ext.stride_choices import _is_view_at_run_time
 from thunder_ext.testing.compare import Builder, _assert_same, clone_args, compile_fn, differential, error_in_chain, execute
 
@@ -34,14 +34,25 @@ LAYOUTS = {"contiguous": _contiguous, "transposed": _transposed}
 
 def reshape_read_with_its_source(a, v):
     w = v.reshape(-1)  # a view of v where v is contiguous, a copy otherwise
-    v.mul_(2)
+    v.add_(a)  # v's storage carries a's gradient from here
     return w * a.view(-1), v
 
 
-def contiguous_written_then_its_source_read(a, b):
+def reshape_of_a_view_of_the_input(a, b):
+    v = b[1:]  # contiguous where b is: the chain from b is made again at run time
+    w = v.reshape(-1)
+    v.add_(a[1:])
+    return w * a[1:].flatten(), b
+
+
+def contiguous_read_after_its_source_is_written(a, b):
     t = b.contiguous()  # b itself where b is contiguous
-    t.mul_(2)
-    return b * a, t * a
+    b.add_(a)
+    return t * a, b
+
+
+# Every answer's outputs and new input values depend on ``a``: both layouts are eager's.
+EXACT = [reshape_read_with_its_source, reshape_of_a_view_of_the_input, contiguous_read_after_its_source_is_written]
 
 
 def reshape_written_after_its_source(a, c):  # soak seed 84002
@@ -67,16 +78,21 @@ def _assert_eager(fn, make, config, grad: bool) -> None:
     assert v.status == "correct", v.detail
 
 
-@pytest.mark.parametrize("config", MATRIX, ids=config_id)
+@pytest.mark.parametrize("config", JIT, ids=config_id)
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("fn", [reshape_read_with_its_source, contiguous_written_then_its_source_read], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", EXACT, ids=lambda f: f.__name__)
 def test_both_layouts_are_eager_s(fn, layout, config):
-    """Both answers depend on the same inputs that require grad: every layout is answered."""
-    for grad in (False, True):
-        _assert_eager(fn, LAYOUTS[layout], config, grad)
+    """Both answers depend on the same inputs that require grad: every layout is answered, by
+    both answers chosen at run time (the report says so)."""
+    _assert_eager(fn, LAYOUTS[layout], config, False)
+    v = differential(_build(fn, LAYOUTS[layout], True), config)
+    assert v.status == "correct", v.detail
+    report = last_reports(v.outcome.compiled)[0].before_autodiff
+    assert report.stride_choices is not None and report.stride_choices.worlds == 2
+    assert not report.stride_choices.refused_at_run_time
 
 
-@pytest.mark.parametrize("fn", [reshape_read_with_its_source, contiguous_written_then_its_source_read], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", EXACT, ids=lambda f: f.__name__)
 def test_one_compiled_function_answers_each_layout_of_its_calls(fn):
     """The choice is made at each call, from that call's strides: Thunder's cache does not look at
     strides, so the first layout compiled must not fix the answer for the second."""
@@ -107,11 +123,13 @@ def test_the_soak_s_programs_are_answered_where_plain_thunder_matched(fn, config
 
 
 @pytest.mark.parametrize("config", THUNDERFX, ids=config_id)
-@pytest.mark.parametrize("fn", [reshape_written_after_its_source, contiguous_written_after_its_source], ids=lambda f: f.__name__)
-def test_under_thunderfx_the_soak_s_programs_get_the_refusal_of_their_input_write(fn, config):
+@pytest.mark.parametrize(
+    "fn", [*EXACT, reshape_written_after_its_source, contiguous_written_after_its_source], ids=lambda f: f.__name__
+)
+def test_under_thunderfx_a_gradient_written_into_a_plain_input_is_the_reason_given(fn, config):
     """Under ThunderFX a plain input written with a value that carries a gradient is refused in any
     case (Dynamo hands the caller its own tensor, without history): with both answers written
-    out, that is the reason given, not the op that may copy."""
+    out, that is the reason given, not the op that may copy.  Without grad, each is eager's."""
     _assert_eager(fn, _contiguous, config, False)
     v = differential(_build(fn, _contiguous, True), config)
     error = error_in_chain(v.outcome.error, ViewGradientError)
@@ -143,20 +161,21 @@ def _eager_is_view(t: torch.Tensor, kind: str, shape: tuple) -> bool:
     [
         (torch.randn(4, 6), ()),
         (torch.randn(6, 4).t(), ()),
-        (torch.randn(4, 6), (("getitem", ((slice(None), slice(None, None, 2)),)),)),
-        (torch.randn(4, 6), (("getitem", ((slice(1, 3),),)),)),
-        (torch.randn(4, 6), (("transpose", (0, 1)), ("getitem", ((slice(None, 3),),)))),
-        (torch.randn(2, 3, 4), (("permute", (2, 0, 1)),)),
+        (torch.randn(4, 6), (("getitem", ((slice(None), slice(None, None, 2)),), ()),)),
+        (torch.randn(4, 6), (("getitem", ((slice(1, 3),),), ()),)),
+        (torch.randn(4, 6), (("transpose", (0, 1), ()), ("getitem", ((slice(None, 3),),), ()))),
+        (torch.randn(2, 3, 4), (("permute", (2, 0, 1), ()),)),
+        (torch.randn(4, 6), (("diagonal", (), (("offset", 0), ("dim1", 0), ("dim2", 1))),)),
     ],
-    ids=["contiguous", "transposed", "strided-columns", "rows", "transposed-rows", "permuted"],
+    ids=["contiguous", "transposed", "strided-columns", "rows", "transposed-rows", "permuted", "diagonal"],
 )
 @pytest.mark.parametrize("kind", ["reshape", "contiguous"])
 def test_the_run_time_flag_is_eager_s_own_choice(base, chain, kind):
     """The flag makes the chain again from the input and asks what eager's op would do: checked
     against the op itself, on layouts where it is a view and where it copies."""
     t = base
-    for name, args in chain:
-        t = getattr(torch.Tensor, "__getitem__" if name == "getitem" else name)(t, *args)
+    for name, args, kwargs in chain:
+        t = getattr(torch.Tensor, "__getitem__" if name == "getitem" else name)(t, *args, **dict(kwargs))
     shape = (t.numel(),)
     flag = _is_view_at_run_time(base, chain, kind, shape, (2,))
     assert flag.shape == (2,) and flag.dtype == torch.bool

@@ -25,20 +25,21 @@ Before (``c`` a plain input, ``a`` requires grad)::
     t3 = ltorch.setitem_(t0, slice(1, None), 1.5)
     return (t0, c)
 
-After (the two worlds' bodies abbreviated)::
+After (abbreviated; each flag is made in the shape of what it selects)::
 
-    f0 = thunder_ext_strides.is_view_at_run_time(c, (), 'reshape', (12,))
-    c_v = ltorch.clone(c)
-    t4 = ltorch.reshape(c_v, -1)              # a view, by assumption
-    ...                                        # the body on c_v and t4
-    c_c = ltorch.clone(c)
-    t9 = ltorch.reshape(c_c, -1)
-    t10 = ltorch.clone(t9)                      # a copy, by assumption
-    ...                                        # the body on c_c and t10
-    t14 = ltorch.where(f0, t4, t10)
-    t15 = ltorch.where(f0, c_v, c_c)
-    t16 = prims.copy_(t15, c, grad_enabled=True)
-    return (t14, t16)
+    f0 = is_view_at_run_time(c, (), 'reshape', (12,), (12,), None, '')
+    f1 = is_view_at_run_time(c, (), 'reshape', (12,), (4, 3), None, '')
+    t4 = ltorch.clone(c)                        # the view answer, on a clone of c
+    t5 = ltorch.reshape(t4, -1)                 # a view, by assumption
+    ...                                          # the body on t4 and t5
+    t9 = ltorch.clone(c)                        # the copy answer
+    t10 = ltorch.reshape(t9, -1)
+    t11 = ltorch.clone(t10)                     # a copy, by assumption
+    ...                                          # the body on t9 and t11
+    t14 = ltorch.where(f1, t7, t12)             # c's new value in each answer
+    t15 = prims.copy_(t14, c, grad_enabled=True)
+    t16 = ltorch.where(f0, t6, t13)             # the returned t0 in each answer
+    return (t16, t14)
 
 The barrier pass then makes both worlds values.  It is used only where the plain pipeline
 refused for this reason, and kept only where every write of both worlds became a value: a
@@ -72,7 +73,7 @@ from thunder_ext.op_kinds import (
     whole_tensor_versions,
     writes_with_grad,
 )
-from thunder_ext.recording import record
+from thunder_ext.recording import at_source_of, record
 
 # More choices would write the program 2**k times.
 MAX_CHOICES = 2
@@ -82,7 +83,7 @@ _TENSOR_METHODS = {"getitem": "__getitem__"}
 _CHAIN_OPS = frozenset(
     {
         "getitem", "transpose", "permute", "t", "view", "unsqueeze", "squeeze", "narrow", "select",
-        "diagonal", "expand", "movedim", "unflatten", "swapaxes", "mT",
+        "diagonal", "expand", "movedim", "unflatten", "swapaxes",
     }
 )  # fmt: skip
 
@@ -97,8 +98,8 @@ def _is_view_at_run_time(
     fails on a 0-d bool predicate broadcast into an int64 loop, torch 2.11).  Raises where the
     answer is ``refuse``: the compiled program cannot give eager's gradients for it (``why``)."""
     t = base
-    for name, args in chain:
-        t = getattr(torch.Tensor, _TENSOR_METHODS.get(name, name))(t, *args)
+    for name, args, kwargs in chain:
+        t = getattr(torch.Tensor, _TENSOR_METHODS.get(name, name))(t, *args, **dict(kwargs))
     if kind == "contiguous":
         answer = t.is_contiguous()
     else:
@@ -113,8 +114,8 @@ def _is_view_at_run_time(
         raise StrideDependentViewError(
             f"{why}: for the strides of this call it is {'a view' if answer else 'a copy'}, and eager's "
             "gradients then differ from those of the program compiled (which requires grad where eager "
-            "would not, or gives a zero gradient where eager gives None). Clone where a copy is meant, "
-            "or make the input contiguous"
+            "would not, or gives a zero gradient where eager gives None). "
+            + ("Clone where a copy is meant" if answer else "Make the input contiguous where a view is meant, or clone where a copy is")
         )
     return torch.full(like, answer, dtype=torch.bool, device=base.device)
 
@@ -138,7 +139,7 @@ class StrideChoice:
 
     index: int  # in the bsyms
     root: TensorProxy  # the trace input whose strides decide
-    chain: tuple  # the views from ``root`` to the op's input: (Tensor method, constant arguments)
+    chain: tuple  # the views from ``root`` to the op's input: (Tensor method, arguments, keyword arguments)
     kind: str  # 'reshape' or 'contiguous'
     shape: tuple[int, ...]  # the output's shape
 
@@ -152,6 +153,7 @@ class StrideChoiceReport:
     flags: frozenset[str] = frozenset()  # the flags' names
     selections: dict[str, str] = field(default_factory=dict)  # a selection's name -> what it is, in words
     not_chosen: str = ""  # why the program was left as it was
+    refused_at_run_time: str = ""  # 'view' or 'copy': the answer whose strides a call is refused for
 
 
 def _read_after_next_write(i: int, info: AliasInfo, bsyms: Sequence[BoundSymbol], last_read: dict[str, int]) -> bool:
@@ -201,9 +203,10 @@ def find_stride_choices(bsyms: Sequence[BoundSymbol], info: AliasInfo) -> tuple[
             return [], f"`{x.name}`, the input of `{name}`, is not a trace input or a chain of views of one"
         chain = []
         for s in steps:
-            if s.sym.name not in _CHAIN_OPS or s.kwargs or any(isinstance(a, Proxy) for a in tree_flatten(s.args[1:])[0]):
+            constants = (s.args[1:], tuple(s.kwargs.values()))
+            if s.sym.name not in _CHAIN_OPS or any(isinstance(a, Proxy) for a in tree_flatten(constants)[0]):
                 return [], f"the view `{s.sym.name}` between `{root}` and `{name}`"
-            chain.append((s.sym.name, tuple(s.args[1:])))
+            chain.append((s.sym.name, tuple(s.args[1:]), tuple(s.kwargs.items())))
         choices.append(StrideChoice(i, _proxy_named(bsyms, root), tuple(chain), kind, shape))
     if len(choices) > MAX_CHOICES:
         return [], f"{len(choices)} such ops (at most {MAX_CHOICES})"
@@ -262,7 +265,9 @@ def choose_at_run_time(
     # The inputs written: each world writes clones of them, and the caller's get the chosen value.
     written: dict[str, TensorProxy] = {}
     members = info.groups.members()
-    with_grad: set[str] = set()
+    with_grad: set[str] = set()  # inputs written with grad enabled
+    carries: set[str] = set()  # inputs written, so, with a value that carries a gradient
+    last_writes: dict[str, BoundSymbol] = {}  # input -> its last write: the final copy's source line
     for k, e in enumerate(info.effects):
         for w in e.writes:
             ins = [n for n in members.get(info.group_of(w), ()) if n in info.inputs]
@@ -272,6 +277,9 @@ def choose_at_run_time(
             written[ins[0]] = _proxy_named(bsyms, ins[0])
             if writes_with_grad(bsyms[k]):
                 with_grad.add(ins[0])
+                if any(p.name in differentiable for p in (*tensor_args(bsyms[k]), *tensor_outs(bsyms[k]))):
+                    carries.add(ins[0])
+            last_writes[ins[0]] = bsyms[k]
     new = from_trace(trace)
     by_index = {c.index: c for c in choices}
     out: list[BoundSymbol] = list(header)
@@ -285,7 +293,7 @@ def choose_at_run_time(
             if (k, shape) not in flag_of:
                 c = choices[k]
                 made, flag_of[k, shape] = record(new, lambda: is_view_at_run_time(c.root, c.chain, c.kind, c.shape, shape))
-                flag_bsyms.extend(made)
+                flag_bsyms.extend(at_source_of(made, bsyms[c.index]))
             return flag_of[k, shape]
 
         worlds = list(itertools.product((True, False), repeat=len(choices)))  # True: the op is a view
@@ -294,7 +302,7 @@ def choose_at_run_time(
             swap: dict = {}
             for name, x in written.items():
                 made, clone = record(new, lambda x=x: ltorch.clone(x))
-                out.extend(made)
+                out.extend(at_source_of(made, bsyms[choices[0].index]))
                 swap[variableify(x)] = clone
             for k, b in body:
                 inner = {variableify(p): _fresh(p) for p in _defined(b) if p.name not in info.inputs}
@@ -310,7 +318,7 @@ def choose_at_run_time(
                     assumed.add(o.name)
                 else:
                     made, clone = record(new, lambda o=o: ltorch.clone(o))
-                    out.extend(made)
+                    out.extend(at_source_of(made, b))
                     swap[variableify(tensor_outs(b)[0])] = clone
             results.append(swap)
 
@@ -329,6 +337,7 @@ def choose_at_run_time(
                 raise _NotOneAnswer(p.name)
             flags = [flag(k, tuple(p.shape)) for k in range(len(choices))]
             made, value = record(new, lambda: _where_all(flags, versions))
+            made = at_source_of(made, bsyms[choices[0].index])
             out.extend(made)
             if any(v.name in diff for v in versions):
                 diff.update(o.name for b in made for o in tensor_outs(b))
@@ -347,9 +356,9 @@ def choose_at_run_time(
             for name, x in written.items():
                 values[name] = value = select(last_version(x), f"the new value of `{name}`")
                 made, copied = record(new, lambda x=x, value=value: prims.copy_(value, x, grad_enabled=name in with_grad))
-                out.extend(made)
-                if value.name in diff:
-                    diff.add(copied.name)
+                out.extend(at_source_of(made, last_writes[name]))
+                if value.name in diff or name in carries:  # a write through a view names no version of x
+                    diff.update((value.name, copied.name))
                 finals[variableify(x)] = copied
             # The caller's tensor after its writes (the input, or an in-place op's output on it) is
             # the final copy's output; but as an output, after a write that carries a gradient, it
@@ -359,7 +368,7 @@ def choose_at_run_time(
             for name, x in written.items():
                 for n in whole_tensor_versions(bsyms, {name}, info.effects):
                     as_input[n] = finals[variableify(x)]
-                    as_output[n] = values[name] if name in with_grad else finals[variableify(x)]
+                    as_output[n] = values[name] if name in carries else finals[variableify(x)]
             for k, p in enumerate(_outputs(ret)):
                 if p.name not in as_output:
                     as_output[p.name] = as_input[p.name] = select(p, f"output {k}")
@@ -436,6 +445,7 @@ def answers_eager_differs_on(trace: TraceCtx, report: StrideChoiceReport) -> tup
 
 def refuse_at_run_time(trace: TraceCtx, report: StrideChoiceReport, answer: bool, why: str) -> TraceCtx:
     """``trace`` with each flag raising, at run time, where the strides give ``answer``."""
+    report.refused_at_run_time = "view" if answer else "copy"
     new = from_trace(trace)
     new.bound_symbols = [
         b.from_bsym(args=(*b.args[:5], answer, why)) if b.sym is is_view_at_run_time else b

@@ -52,6 +52,13 @@ def barrier_report_lines(report, indent: str = "  ") -> list[str]:
 def _input_lines(report) -> list[str]:
     """The written inputs made values (one epilogue copy_ each) and those kept in place, with why."""
     lines = []
+    choices = getattr(report, "stride_choices", None)
+    if choices is not None:
+        lines.append(
+            f"view or copy by strides, both answers computed and chosen at run time ({choices.worlds} programs): "
+            + ", ".join(choices.chosen)
+            + (f"; strides giving the {choices.refused_at_run_time} refused at the call" if choices.refused_at_run_time else "")
+        )
     if getattr(report, "functional_inputs", None):
         names = ", ".join(f"`{n}`" for n in report.functional_inputs)
         lines.append(f"inputs written as values, then copied back once at the end: {names}")
