@@ -18,7 +18,7 @@ import torch
 from thunder.dynamo import thunderfx
 
 from thunder_ext import InplaceBarrierTransform, SavedTensorMutationError, ViewGradientError
-from thunder_ext.source_lines import attribute_user_lines
+from thunder_ext.source_lines import attribute_user_lines, function_span
 
 THUNDER_DIR = os.path.dirname(thunder.__file__)
 ENTRIES = ("jit", "thunderfx")
@@ -118,6 +118,31 @@ def test_every_trace_after_the_transform_prints_the_users_lines(entry, fusion_ty
     # Each dispatched op's own line is printed, not only its neighbours'.
     for marker in ("reshape(-1)", "v.neg()"):
         assert (__file__, _line_of(_dispatched_ops, marker)) in seen, (marker, sorted(set(seen)))
+
+
+def _reshape_first(x):
+    w = x.reshape(-1)  # MARK: first
+    return w.sin()
+
+
+def test_a_dispatched_op_with_no_record_before_it_is_found_within_the_function():
+    """No bsym precedes the reshape, and this file calls ``reshape`` on many lines before it: the
+    compiled function's own lines bound the search (thunder.jit's entry; ThunderFX has FX nodes)."""
+    jf = thunder.jit(_reshape_first)
+    jf(torch.randn(3, 4))
+    trace = thunder.last_traces(jf)[0]
+    (reshape,) = [b for b in trace.bound_symbols if b.sym.name == "reshape"]
+    assert reshape.source_filename.startswith(THUNDER_DIR), "Thunder now records the user's line"
+    assert attribute_user_lines(trace)[0] is trace  # the whole file holds more than one such line
+    new, report = attribute_user_lines(trace, span=function_span(_reshape_first))
+    (reshape,) = [b for b in new.bound_symbols if b.sym.name == "reshape"]
+    assert (reshape.source_filename, reshape.source_positions.lineno) == (__file__, _line_of(_reshape_first, "MARK: first"))
+    assert report.from_thunder == 1
+    compiled = _compile(_reshape_first, "jit")
+    compiled(torch.randn(3, 4))
+    traces = thunder.last_traces(compiled)
+    seen = {(f, int(n)) for t in traces[_first_trace_of_ours(traces) :] for f, n in _COMMENT.findall(str(t))}
+    assert (__file__, _line_of(_reshape_first, "MARK: first")) in seen, sorted(seen)
 
 
 # -- what the pass leaves as Thunder recorded it ----------------------------------------------

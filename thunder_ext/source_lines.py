@@ -12,7 +12,8 @@ cannot act on:
   ``add``, ``mul``, ``transpose``, ``exp``, ``neg``, ``reciprocal``, ``linear``, ``silu``)
   through a Python wrapper of its own and records the wrapper's line
   (``thunder/torch/experimental/dtensor_torch_and_prims.py:69``).  The user's line lies between
-  those of the bsyms before and after it.  It is the one line there that calls the op by name,
+  those of the bsyms before and after it (under ``thunder.jit``, the compiled function's first or
+  last line where no bsym precedes or follows).  It is the one line there that calls the op by name,
   where exactly one does and the run of such bsyms holds only one of that name; otherwise the
   record stays as Thunder made it (a wrong line would mislead more than Thunder's own).
 
@@ -39,6 +40,7 @@ the evidence above names exactly; the bsyms' symbols, arguments, outputs and tag
 from __future__ import annotations
 
 import bisect
+import inspect
 import linecache
 import os
 import re
@@ -113,17 +115,32 @@ def _calls(name: str, line: str) -> bool:
     return re.search(rf"\b{re.escape(name)}\s*\(", line.split("#", 1)[0]) is not None
 
 
-def _line_between(before: Location | None, after: Location | None, name: str, same_named: int) -> Location | None:
-    """The one line from ``before`` to ``after`` (one file) that calls ``name``, if exactly one does
-    and the run being attributed holds one bsym of that name."""
+def function_span(fn) -> tuple[str, int, int] | None:
+    """(file, first line, last line) of the function ``thunder.jit`` compiles (a module's
+    ``forward``), or None: where no record precedes (or follows) a run, its lines bound it."""
+    fn = getattr(fn, "forward", fn)
+    try:
+        lines, first = inspect.getsourcelines(inspect.unwrap(fn))
+        return inspect.getsourcefile(fn) or "", first, first + len(lines) - 1
+    except (TypeError, OSError):
+        return None
+
+
+def _line_between(
+    before: Location | None, after: Location | None, name: str, same_named: int, span: tuple[str, int, int] | None = None
+) -> Location | None:
+    """The one line from ``before`` to ``after`` (one file; the compiled function's ``span``
+    where one of them is missing) that calls ``name``, if exactly one does and the run being
+    attributed holds one bsym of that name."""
     if same_named != 1 or (before is None and after is None):
         return None
     filename = (before or after)[0]
     if before is not None and after is not None and (before[0] != after[0] or before[1] > after[1]):
         return None
     lines = linecache.getlines(filename)
-    first = before[1] if before is not None else 1
-    last = after[1] if after is not None else len(lines)
+    within = span is not None and os.path.abspath(span[0]) == os.path.abspath(filename)
+    first = before[1] if before is not None else (span[1] if within else 1)
+    last = after[1] if after is not None else (span[2] if within else len(lines))
     hits = [n for n in range(first, min(last, len(lines)) + 1) if _calls(name, lines[n - 1])]
     return (filename, hits[0]) if len(hits) == 1 else None
 
@@ -136,10 +153,13 @@ def _moved(bsym: BoundSymbol, old: Location, new: Location) -> BoundSymbol:
     )
 
 
-def attribute_user_lines(trace: TraceCtx, graph_module=None) -> tuple[TraceCtx, AttributionReport]:
+def attribute_user_lines(
+    trace: TraceCtx, graph_module=None, span: tuple[str, int, int] | None = None
+) -> tuple[TraceCtx, AttributionReport]:
     """``trace`` with each bsym recorded at the user's line where Thunder recorded a generated FX
     line or one of its own (see the module docstring); ``trace`` itself when nothing changes.  The
-    input trace is never mutated.  ``graph_module``: the FX graph ThunderFX compiles, if any."""
+    input trace is never mutated.  ``graph_module``: the FX graph ThunderFX compiles, if any;
+    ``span``: the compiled function's lines (:func:`function_span`), if known."""
     start = time.perf_counter()
     report = AttributionReport()
     bsyms: Sequence[BoundSymbol] = trace.bound_symbols
@@ -162,6 +182,7 @@ def attribute_user_lines(trace: TraceCtx, graph_module=None) -> tuple[TraceCtx, 
                 locs[after] if after is not None else None,
                 bsyms[j].sym.name,
                 names.count(bsyms[j].sym.name),
+                span,
             )
             if line is not None:
                 resolved[j] = line

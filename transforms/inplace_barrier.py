@@ -44,7 +44,7 @@ from thunder_ext.overlap import refuse_overlapping_sources
 from thunder_ext.logs import log_refusal, log_removal, log_report, log_split
 from thunder_ext.nvfuser_forms import bump_written_versions
 from thunder_ext.batched_copies import batch_copies
-from thunder_ext.source_lines import attribute_user_lines
+from thunder_ext.source_lines import attribute_user_lines, function_span
 from thunder_ext.stride_choices import (
     answers_eager_differs_on,
     choose_at_run_time,
@@ -78,8 +78,11 @@ class InplaceBarrierTransform(thunder.Transform):
         cd = get_compile_data()
         # Messages and printed traces name the user's line, not ThunderFX's generated code or
         # Thunder's own dispatch (thunder_ext.source_lines).
+        fx = stage_config.is_graph_module(cd)
         computation_trace, _ = attribute_user_lines(
-            computation_trace, graph_module=cd.fn if stage_config.is_graph_module(cd) else None
+            computation_trace,
+            graph_module=cd.fn if fx else None,
+            span=function_span(cd.fn) if cd is not None and not fx else None,
         )
         # An op that hands back its input is that input in eager: every later step reads it so.
         computation_trace, identities = fold_identity_ops(computation_trace)
@@ -184,7 +187,8 @@ def _place_and_refuse(computation_trace: TraceCtx, config: stage_config.StageCon
     if split.split:
         log_split("before autodiff", split)
         stripped = stripped_storage(computation_trace)
-        config = replace(config, differentiable=frozenset(differentiable_names(computation_trace)))
+        # The names carried over by stride_choices stay (the split renames none of them).
+        config = replace(config, differentiable=frozenset(differentiable_names(computation_trace)) | config.differentiable)
     overlaps = refuse_overlapping_sources(computation_trace, inductor=config.inductor, stripped=stripped)
     overlaps.split = split
     new, report = barrier_pass(computation_trace, config)
