@@ -180,3 +180,17 @@ def test_the_run_time_flag_is_eager_s_own_choice(base, chain, kind):
     flag = _is_view_at_run_time(base, chain, kind, shape, (2,))
     assert flag.shape == (2,) and flag.dtype == torch.bool
     assert bool(flag[0]) == _eager_is_view(t, kind, shape)
+
+
+def reshape_of_the_input_after_a_write_to_it(a, c):
+    w = c.mul_(2).reshape(-1)  # the in-place op's output is c itself
+    c.add_(a)
+    return w * a.view(-1), c
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_an_in_place_op_s_output_is_its_input_for_the_choice(layout):
+    config = JIT[0]
+    v = differential(_build(reshape_of_the_input_after_a_write_to_it, LAYOUTS[layout], True), config)
+    assert v.status == "correct", v.detail
+    assert last_reports(v.outcome.compiled)[0].before_autodiff.stride_choices is not None

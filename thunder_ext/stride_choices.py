@@ -174,6 +174,7 @@ def find_stride_choices(bsyms: Sequence[BoundSymbol], info: AliasInfo) -> tuple[
     whose strides decide it; ([], why) where one cannot be decided so."""
     last_read = {p.name: j for j, b in enumerate(bsyms) for p in tensor_args(b)}
     made_at = {p.name: j for j, b in enumerate(bsyms) for p in b.flat_proxy_outs}
+    whole = {n: x for x in info.inputs for n in whole_tensor_versions(bsyms, {x}, info.effects)}
     choices: list[StrideChoice] = []
     for i, b in enumerate(bsyms):
         e = info.effects[i]
@@ -195,8 +196,8 @@ def find_stride_choices(bsyms: Sequence[BoundSymbol], info: AliasInfo) -> tuple[
         shape = tuple(tensor_outs(b)[0].shape)
         if not all(isinstance(s, int) for s in shape):
             return [], "a symbolic shape"
-        if x.name in info.inputs:
-            root, steps = x.name, []
+        if x.name in whole:  # an input, or an in-place op's output on it: the tensor itself
+            root, steps = whole[x.name], []
         else:
             root, steps = view_chain(x.name, bsyms, info.effects, made_at, info.inputs)
         if root is None:
