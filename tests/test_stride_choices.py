@@ -194,3 +194,22 @@ def test_an_in_place_op_s_output_is_its_input_for_the_choice(layout):
     v = differential(_build(reshape_of_the_input_after_a_write_to_it, LAYOUTS[layout], True), config)
     assert v.status == "correct", v.detail
     assert last_reports(v.outcome.compiled)[0].before_autodiff.stride_choices is not None
+
+
+def reshape_read_under_no_grad_after_its_source_is_written(a, v):
+    w = v.reshape(-1)
+    v.add_(a)
+    with torch.no_grad():
+        o = w * 2  # no gradient in either answer
+    return o, v
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_read_under_no_grad_depends_on_nothing_in_either_answer(layout):
+    """Whether ``w`` depends on ``a`` differs by strides, but ``o`` is computed under no-grad, so
+    no answer's output requires grad: both layouts are answered, none refused at the call."""
+    config = JIT[0]
+    v = differential(_build(reshape_read_under_no_grad_after_its_source_is_written, LAYOUTS[layout], True), config)
+    assert v.status == "correct", v.detail
+    choices = last_reports(v.outcome.compiled)[0].before_autodiff.stride_choices
+    assert choices is not None and not choices.refused_at_run_time

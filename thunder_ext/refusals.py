@@ -481,9 +481,9 @@ def refuse_view_gradients(
                 f"`{ar.proxy.name}` is read after an in-place write to `{ar.written.name}`, and gradients "
                 f"flow through them. Between the two stands {describe(maybe)}, which returns its input's "
                 "storage or a copy by strides the trace does not record: eager's values and gradients "
-                "differ between the two, and the transform could not choose at run time (the note says why). Clone where a "
-                "copy is meant, write the same name where a shared tensor is meant, or use the "
-                "out-of-place op",
+                "differ between the two, and the transform could not choose at run time (the note "
+                "says why). Clone where a copy is meant, write the same name where a shared tensor "
+                "is meant, or use the out-of-place op",
                 ar.write,
                 ar.read,
             )
@@ -531,19 +531,16 @@ def _maybe_copy_between(stripped: tuple[list[BoundSymbol], AliasInfo]) -> Callab
     return between
 
 
-def differentiable_names(trace: TraceCtx, seeds: frozenset[str] | None = None) -> set[str]:
+def differentiable_names(trace: TraceCtx) -> set[str]:
     """Tensors that gradients may flow through: inputs that require grad and what they feed.
 
     Intermediate proxies do not carry ``requires_grad`` before autodiff, so it is derived here.
-    Empty when the compilation has Thunder's autograd support disabled.  ``seeds``: only those
-    of the inputs that require grad, and what they feed.
+    Empty when the compilation has Thunder's autograd support disabled.
     """
     cd = get_compile_data()
     if cd is not None and getattr(cd, "disable_torch_autograd_support", False):
         return set()
     names = {a.name for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad}
-    if seeds is not None:
-        names &= seeds
     if not names:
         return names
     for bsym in trace.bound_symbols:

@@ -66,6 +66,8 @@ from thunder.extend import OperatorExecutor
 from thunder_ext.alias_analysis import AliasInfo, view_chain
 from thunder_ext.op_kinds import (
     describe,
+    is_copy,
+    is_like_factory,
     is_return,
     tensor_args,
     tensor_outs,
@@ -422,10 +424,8 @@ def answers_eager_differs_on(trace: TraceCtx, report: StrideChoiceReport) -> tup
     a ``where`` passes a zero gradient to the answer not taken.  With more than one choice,
     every answer must select values that depend on the same such inputs.
     """
-    from thunder_ext.refusals import differentiable_names
-
     grad_inputs = [a.name for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad]
-    feeds = {x: differentiable_names(trace, frozenset({x})) for x in grad_inputs}
+    feeds = {x: _fed_with_grad(trace, x) for x in grad_inputs}
     inexact: set[bool] = set()
     why = ""
     for b in trace.bound_symbols:
@@ -442,6 +442,22 @@ def answers_eager_differs_on(trace: TraceCtx, report: StrideChoiceReport) -> tup
     if len(report.chosen) > 1 and inexact:
         inexact = {True, False}
     return inexact, why
+
+
+def _fed_with_grad(trace: TraceCtx, x: str) -> set[str]:
+    """The tensors autodiff makes depend on input ``x``: not through what an op computed under
+    no-grad (Thunder tags its outputs), a ``copy_`` made so, or a factory shaped like ``x``."""
+    names = {x}
+    for b in trace.bound_symbols:
+        if is_like_factory(b) or (is_copy(b) and b.kwargs.get("grad_enabled") is False):
+            continue
+        if any(p.name in names for p in b.flat_proxy_args):
+            names.update(
+                o.name
+                for o in tensor_outs(b)
+                if dtypes.is_inexact_dtype(o.dtype) and ProxyTag.DETACHED_AUTOGRAD_GRAPH not in o.tags
+            )
+    return names
 
 
 def refuse_at_run_time(trace: TraceCtx, report: StrideChoiceReport, answer: bool, why: str) -> TraceCtx:
