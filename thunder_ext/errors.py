@@ -34,6 +34,12 @@ class SavedTensorMutationError(InplaceOrderingError):
     """Class 6: the forward writes in place to a value the backward reads."""
 
 
+class KeptWriteOldValueError(SavedTensorMutationError):
+    """Class 6 before autodiff: a write kept in place whose backward reads the value it overwrites.
+    The transform answers it by computing the write from a clone, as eager does
+    (:mod:`thunder_ext.old_value_clones`); raised where that cannot be done."""
+
+
 class OverwriteGradientError(InplaceOrderingError):
     """A ``copy_`` of a value without gradient over a tensor that carries one (Thunder drops the zero grad)."""
 

@@ -40,6 +40,7 @@ from thunder_ext.barriers import BarrierReport, strip_barriers
 from thunder_ext.copied_views import VIEWS_AUTODIFF_COPIES, autodiff_copies, is_detached
 from thunder_ext.errors import (
     GradInputWriteError,
+    KeptWriteOldValueError,
     LostScalarWriteError,
     OverwriteGradientError,
     RunningStatsGradError,
@@ -165,7 +166,7 @@ def refuse_kept_writes_whose_backward_reads_the_old_value(
         if not any(info.group_of(p) == g for j, later in enumerate(bsyms[i + 1 :], i + 1) if j in read_for_outputs
                    for p in tensor_args(later)):
             continue  # no returned output depends on the storage after the write
-        raise SavedTensorMutationError(
+        raise KeptWriteOldValueError(
             f"`{name}` writes `{dst.name}` in place with grad enabled, and its backward reads the value "
             f"`{dst.name}` had before the write; the transform keeps this storage in place (a write the "
             "pass cannot make a value: one under no-grad into a tensor gradients flow through, or through "

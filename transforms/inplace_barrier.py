@@ -34,7 +34,7 @@ from thunder.core.trace import TraceCtx
 from thunder_ext import stage_config
 from thunder_ext.alias_analysis import input_names
 from thunder_ext.barriers import barrier_pass
-from thunder_ext.errors import InplaceOrderingError, StrideDependentViewError
+from thunder_ext.errors import InplaceOrderingError, KeptWriteOldValueError, StrideDependentViewError
 from thunder_ext.final_barriers import BarrierRemovalReport, count_barriers, remove_final_barriers
 from thunder_ext.identity_ops import fold_identity_ops, separate_repeated_outputs
 from thunder_ext.index_order import split_overlapping_index_writes
@@ -43,6 +43,7 @@ from thunder_ext.integration import install_barrier_stage, reports_for
 from thunder_ext.overlap import refuse_overlapping_sources
 from thunder_ext.logs import log_refusal, log_removal, log_report, log_split
 from thunder_ext.nvfuser_forms import bump_written_versions
+from thunder_ext.old_value_clones import clone_old_value
 from thunder_ext.batched_copies import batch_copies
 from thunder_ext.source_lines import attribute_user_lines, function_span
 from thunder_ext.stride_choices import (
@@ -177,8 +178,23 @@ class InplaceBarrierTransform(thunder.Transform):
 
 
 def _place_and_refuse(computation_trace: TraceCtx, config: stage_config.StageConfig):
-    """The pass before autodiff and its refusals: the trace it read (index writes split), its
-    config, the new trace, the report, the stripped analysis and the overlap report."""
+    """The pass before autodiff and its refusals: the trace it read (index writes split, kept
+    writes whose backward reads the old value computed from a clone), its config, the new trace,
+    the report, the stripped analysis and the overlap report."""
+    for _ in range(len(computation_trace.bound_symbols)):  # each round clones for one more write
+        try:
+            return _place_and_refuse_once(computation_trace, config)
+        except KeptWriteOldValueError as refusal:
+            # Eager saves a copy of such an op's original self: so does the trace (old_value_clones).
+            again = clone_old_value(computation_trace, refusal.bsyms[0])
+            if again is None:
+                raise
+            computation_trace = again
+            config = replace(config, differentiable=frozenset(differentiable_names(again)) | config.differentiable)
+    return _place_and_refuse_once(computation_trace, config)
+
+
+def _place_and_refuse_once(computation_trace: TraceCtx, config: stage_config.StageConfig):
     # Thunder's barriers stripped, and their storage groups: the overlap check and the
     # gradient refusals read the same analysis of the trace.
     stripped = stripped_storage(computation_trace)
