@@ -308,11 +308,14 @@ def choose_at_run_time(
                 out.extend(at_source_of(made, bsyms[choices[0].index]))
                 swap[variableify(x)] = clone
             for k, b in body:
-                inner = {variableify(p): _fresh(p) for p in _defined(b) if p.name not in info.inputs}
+                # New names for what the bsym makes; a name it hands back that exists already
+                # (an input, or an earlier bsym's) keeps this world's.
+                inner = {
+                    variableify(p): _fresh(p) for p in _defined(b) if p.name not in info.inputs and variableify(p) not in swap
+                }
                 copy = b.from_bsym_swap_proxies({**swap, **inner})
                 out.append(copy)
-                for p in b.flat_proxy_outs:
-                    swap[variableify(p)] = inner[variableify(p)]
+                swap.update(inner)
                 c = by_index.get(k)
                 if c is None:
                     continue
