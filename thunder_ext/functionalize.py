@@ -384,13 +384,7 @@ class _Functionalizer:
         of ``writes`` (bsym indices, in order) that follows ``i``: the return included.  Walks only
         up to that write (an alias made at or after it is such a read already)."""
         nxt = next((j for j in writes if j > i), None)
-        if nxt is None:
-            return True
-        made = {o.name for o in tensor_outs(self.bsyms[i])}
-        for j in range(i + 1, nxt):
-            made.update(o.name for o, a in self.info.effects[j].aliases if a.name in made)
-        last_read = self.last_reads()
-        return all(last_read.get(n, -1) < nxt for n in made)
+        return nxt is None or not aliases_read_from(i, nxt, self.bsyms, self.info.effects, self.last_reads())
 
     def last_reads(self) -> dict[str, int]:
         """Name -> the index of the last bsym that reads it (computed once)."""
@@ -819,6 +813,15 @@ class _Functionalizer:
             return new if shape == tuple(base.shape) else ltorch.reshape(new, base.shape)
 
         return build
+
+
+def aliases_read_from(i: int, at: int, bsyms: Sequence[BoundSymbol], effects: Sequence, last_read: dict[str, int]) -> bool:
+    """Whether what alias bsym ``i`` makes, or an alias made from it before bsym ``at``, is read at
+    or after ``at`` (``last_read``: name -> index of its last reader, the return included)."""
+    made = {o.name for o in tensor_outs(bsyms[i])}
+    for j in range(i + 1, at):
+        made.update(o.name for o, a in effects[j].aliases if a.name in made)
+    return any(last_read.get(n, -1) >= at for n in made)
 
 
 def _with_zero_gradient_to(old: TensorProxy, new: TensorProxy) -> TensorProxy:

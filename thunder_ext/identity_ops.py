@@ -47,12 +47,20 @@ from dataclasses import dataclass, field
 
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy, variableify
-from thunder.core.pytree import tree_flatten, tree_map
+from thunder.core.pytree import tree_map
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 
 from thunder_ext.meta_calls import returns_its_input
-from thunder_ext.op_kinds import effect_of, is_auto_registered, is_return, origin_ids, tensor_args, tensor_outs
+from thunder_ext.op_kinds import (
+    effect_of,
+    is_auto_registered,
+    is_return,
+    origin_ids,
+    returned_outputs,
+    tensor_args,
+    tensor_outs,
+)
 from thunder_ext.recording import at_source_of, record
 
 
@@ -179,7 +187,7 @@ def separate_repeated_outputs(trace: TraceCtx, differentiable: frozenset[str]) -
     ret = trace.bound_symbols[-1] if trace.bound_symbols else None
     if ret is None or not is_return(ret) or not differentiable:
         return trace, []
-    outputs = _outputs(ret)
+    outputs = returned_outputs(ret)
     seen: set[str] = set()
     repeated: list[TensorProxy] = []
     for p in outputs:
@@ -210,11 +218,3 @@ def separate_repeated_outputs(trace: TraceCtx, differentiable: frozenset[str]) -
     new.bound_symbols = [*trace.bound_symbols[:-1], *at_source_of(made, ret), ret.from_bsym(args=args)]
     new.set_provenance(TraceProvenance(f"thunder_ext repeated outputs ({len(repeated)} handed back as a shallow_copy)"))
     return new, [p.name for p in repeated]
-
-
-def _outputs(ret: BoundSymbol) -> list[TensorProxy]:
-    """The tensors the return hands to the caller: its ``output`` entry where it has one (not the
-    ``flat_args`` Thunder lists beside it)."""
-    first = ret.args[0] if ret.args else None
-    tree = first["output"] if isinstance(first, dict) and "output" in first else (ret.args, ret.kwargs)
-    return [p for p in tree_flatten(tree)[0] if isinstance(p, TensorProxy)]

@@ -137,6 +137,16 @@ def returned_data(ret: BoundSymbol) -> set[str]:
     return out
 
 
+def returned_outputs(ret: BoundSymbol) -> list[TensorProxy]:
+    """The tensors the return hands to the caller, in order: its ``output`` entry where it has one
+    (not the ``flat_args`` Thunder lists beside it, nor a forward's saved values)."""
+    from thunder.core.pytree import tree_flatten
+
+    first = ret.args[0] if ret.args else None
+    tree = first["output"] if isinstance(first, dict) and "output" in first else (ret.args, ret.kwargs)
+    return [p for p in tree_flatten(tree)[0] if isinstance(p, TensorProxy)]
+
+
 def returned_to_caller(ret: BoundSymbol) -> set[str]:
     """Names a return hands to the caller as data: :func:`returned_data` less what a forward
     trace saves for its backward (the second element of ``(outputs, saved_for_backward)``)."""

@@ -64,11 +64,13 @@ from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.extend import OperatorExecutor
 
 from thunder_ext.alias_analysis import AliasInfo, view_chain
+from thunder_ext.functionalize import aliases_read_from
 from thunder_ext.op_kinds import (
     describe,
     is_copy,
     is_like_factory,
     is_return,
+    returned_outputs,
     tensor_args,
     tensor_outs,
     view_kind,
@@ -163,12 +165,7 @@ def _read_after_next_write(i: int, info: AliasInfo, bsyms: Sequence[BoundSymbol]
     next write: eager's answer then depends on whether it is a view."""
     g = info.group_of(tensor_outs(bsyms[i])[0])
     nxt = next((j for j in range(i + 1, len(bsyms)) if any(info.group_of(w) == g for w in info.effects[j].writes)), None)
-    if nxt is None:
-        return False
-    made = {o.name for o in tensor_outs(bsyms[i])}
-    for j in range(i + 1, nxt):
-        made.update(o.name for o, a in info.effects[j].aliases if a.name in made)
-    return any(last_read.get(n, -1) >= nxt for n in made)
+    return nxt is not None and aliases_read_from(i, nxt, bsyms, info.effects, last_read)
 
 
 def find_stride_choices(bsyms: Sequence[BoundSymbol], info: AliasInfo) -> tuple[list[StrideChoice], str]:
@@ -375,7 +372,7 @@ def choose_at_run_time(
                 for n in whole_tensor_versions(bsyms, {name}, info.effects):
                     as_input[n] = finals[variableify(x)]
                     as_output[n] = values[name] if name in carries else finals[variableify(x)]
-            for k, p in enumerate(_outputs(ret)):
+            for k, p in enumerate(returned_outputs(ret)):
                 if p.name not in as_output:
                     as_output[p.name] = as_input[p.name] = select(p, f"output {k}")
             for p in ret.flat_proxy_args:
@@ -393,13 +390,6 @@ def choose_at_run_time(
     report.differentiable = frozenset(diff)
     report.flags = frozenset(p.name for p in flag_of.values())
     return new, report
-
-
-def _outputs(ret: BoundSymbol) -> list[Proxy]:
-    """The proxies the return hands the caller, in order (not its ``flat_args`` entry)."""
-    args = ret.args
-    data = [{k: v for k, v in a.items() if k != "flat_args"} if isinstance(a, dict) else a for a in args]
-    return [p for p in tree_flatten(data)[0] if isinstance(p, Proxy)]
 
 
 def _return_of(ret: BoundSymbol, as_output: dict, as_input: dict) -> BoundSymbol:
