@@ -138,8 +138,10 @@ def test_a_dispatched_op_with_no_record_before_it_is_found_within_the_function()
     (reshape,) = [b for b in new.bound_symbols if b.sym.name == "reshape"]
     assert (reshape.source_filename, reshape.source_positions.lineno) == (__file__, _line_of(_reshape_first, "MARK: first"))
     assert report.from_thunder == 1
-    compiled = _compile(_reshape_first, "jit")
-    compiled(torch.randn(3, 4))
+    x = torch.randn(3, 4)
+    for fusion_type in ("consecutive", "dataflow"):
+        compiled = _compile(_reshape_first, "jit", fusion_type)
+        torch.testing.assert_close(compiled(x.clone()), _reshape_first(x.clone()), rtol=0, atol=0)
     traces = thunder.last_traces(compiled)
     seen = {(f, int(n)) for t in traces[_first_trace_of_ours(traces) :] for f, n in _COMMENT.findall(str(t))}
     assert (__file__, _line_of(_reshape_first, "MARK: first")) in seen, sorted(seen)
