@@ -4271,3 +4271,65 @@ def test_a_kept_write_whose_backward_reads_the_old_value_is_eager_s_when_the_sto
     assert_matches_eager(
         abs_of_a_tensor_written_under_no_grad_then_overwritten, lambda g: (_x(g) * 1,), configs=ALL_CELLS
     )
+
+
+# -- soak seed 90000: the first with transposed inputs -------------------------------------------
+
+
+def _transposed(grad: bool = False) -> torch.Tensor:
+    """A (4, 3) tensor with strides (1, 4): its own storage, laid out as a transpose."""
+    return torch.empty_strided((4, 3), (1, 4)).copy_(torch.randn(4, 3)).requires_grad_(grad)
+
+
+def mean_then_lerp_into_a_transposed_input(a, b, c):  # soak seed 90000
+    with torch.no_grad():
+        c.lerp_(a, 0.1)
+    t0 = a.mean(0)
+    with torch.no_grad():
+        a.lerp_(b, 0.1)  # a requires grad: written under no-grad, it stays in place
+    t1 = t0.contiguous()
+    return (t1,)
+
+
+def row_then_lerp_into_a_transposed_input(a, b):
+    t0 = a[0] * 2
+    with torch.no_grad():
+        a.lerp_(b, 0.7)
+    return (t0, a * 1)
+
+
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (mean_then_lerp_into_a_transposed_input, lambda g: (_transposed(g), _x(False), _transposed())),
+        (row_then_lerp_into_a_transposed_input, lambda g: (_transposed(g), _x(False))),
+    ],
+    ids=["soak", "row"],
+)
+def test_a_lerp_into_a_transposed_input_read_before_ends_the_torch_compile_region(fn, make):
+    """Was silently wrong (soak seed 90000: ``torch_compile_ex``, grad, dataflow fusion, through
+    ``thunder.jit``; plain Thunder crashes): ``t0`` was the mean of ``a`` after the ``lerp_``.  In
+    one Inductor region a read of ``a`` and a ``lerp_`` by a number into it become one loop that,
+    for ``a``'s transposed strides, reads what it has written.  Such a write now starts a new
+    region (``InductorRegions``, the eighth family).  ``row`` (a view's elements as the read) was
+    right already; it guards the rule's reads through views."""
+    assert_matches_eager(fn, make, configs=ALL_CELLS)
+
+
+def _sum_then_lerp(a, b):
+    t = a.sum(0)
+    a.lerp_(b, 0.1)
+    return t * 1
+
+
+def test_a_read_then_lerp_into_a_transposed_input_is_wrong_in_plain_torch_compile():
+    """The upstream bug the eighth region end works around (torch 2.11, CPU): fails when Inductor
+    gets it right, and the region end can go (docs/workarounds.md).  Contiguous, it is right."""
+    for layout, wrong in ((_transposed, True), (lambda: torch.randn(4, 3), False)):
+        torch._dynamo.reset()
+        args = (layout(), torch.randn(4, 3))
+        expected_args = [torch.empty_strided(x.shape, x.stride()).copy_(x) for x in args]
+        expected = _sum_then_lerp(*expected_args)
+        got = torch.compile(_sum_then_lerp, fullgraph=True)(*args)
+        torch.testing.assert_close(args[0], expected_args[0])  # the write itself is right
+        assert torch.allclose(got, expected) != wrong, "plain torch.compile is right here now: the eighth region end may go"

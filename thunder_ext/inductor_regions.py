@@ -66,6 +66,11 @@ WHOLE_COPIES = frozenset({"clone", "contiguous"})
 
 # Ops Inductor calls as library kernels (extern kernels) rather than generating code for: the
 # fifth family of ``InductorRegions.split_for_torch_compile``.
+# Writes Inductor fuses with an earlier read of their input into one loop that, for an input not
+# laid out contiguously, reads elements it has already written (the eighth family): ``lerp`` by a
+# number, as ``lerp_`` or as the value a ``copy_`` writes back.
+READ_FUSED_WRITES = frozenset({"lerp_", "lerp"})
+
 EXTERN_KERNEL_READS = frozenset({
     "matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "einsum",
     "conv1d", "conv2d", "conv3d", "convolution", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
@@ -411,6 +416,15 @@ class InductorRegions(WalkPolicy):
         (``t0 = c * 2``) the same region comes out right, and so does an elementwise read of
         ``b`` alone, but the rule does not rely on which reads Inductor recomputes.
 
+        The eighth family: an input read (a reduction, a matmul, a view's elements), then written
+        whole by ``lerp`` with a number weight, the read's value used after: for an input not
+        laid out contiguously (strides ``(1, 4)`` for a ``(4, 3)`` tensor), ``t = a.sum(0);
+        a.lerp_(b, 0.1); return t`` returns the sum of the new ``a`` (plain ``torch.compile``
+        too, torch 2.11: one fused loop reads elements it has already written).  ``lerp`` by a
+        tensor, ``add_``, ``mul_``, ``copy_`` and an elementwise read come out right.  Strides
+        are not in the trace, so such a write ends the region for every layout (soak seed 90000,
+        the first with transposed inputs; plain Thunder crashes or is wrong there).
+
         Such a region is possible whether barriers are fused or not (with a backward they are
         not): where data edges already order the accesses no barrier stands between them
         (``rv.copy_(rm); rm += rv`` with grad).  So whenever ``torch_compile_ex`` is among the
@@ -435,7 +449,7 @@ class InductorRegions(WalkPolicy):
         touched = sorted(
             {g for g in used if (g, "use") in self.region_ends or self.write_after_write(g, bsym, effect, write_groups)}
             | {g for g in write_groups if (g, "write_into") in self.region_ends and self.read_used_after(g, i)
-               and self.writes_part_of(g, bsym, effect)}
+               and (self.writes_part_of(g, bsym, effect) or self.fuses_with_the_read(bsym))}
             | {g for g in self.rewritten_reads(bsym, effect) if (g, "derived_write") in self.region_ends}
             | {g for g in write_groups if self.writes_an_extern_kernels_operands(g, i, bsym)}
             | {g for g in used if (g, "copy") in self.region_ends and str(bsym.sym.name) in WHOLE_COPIES}
@@ -599,6 +613,18 @@ class InductorRegions(WalkPolicy):
         own decomposition (``x.view(-1)[::2].mul_(2)`` reshapes and multiplies ``x``) feed
         that write alone."""
         return any(self.walk.last_use.get(n, -1) > i for n in self.derived_names.get(g, ()))
+
+    def fuses_with_the_read(self, bsym: BoundSymbol) -> bool:
+        """Whether ``bsym`` is a write Inductor fuses with an earlier read of its input into one
+        loop (:data:`READ_FUSED_WRITES`, a number weight): ``lerp_``, or a ``copy_`` of a ``lerp``
+        (the eighth family of :meth:`split_for_torch_compile`)."""
+        if is_copy(bsym):
+            k = self.walk.made_at.get(tensor_args(bsym)[0].name)
+            bsym = self.walk.bsyms[k] if k is not None else bsym
+        if str(bsym.sym.name) not in READ_FUSED_WRITES:
+            return False
+        weight = bsym.args[2] if len(bsym.args) > 2 else bsym.kwargs.get("weight")
+        return not isinstance(weight, TensorProxy)
 
     def writes_an_extern_kernels_operands(self, g: str, i: int, bsym: BoundSymbol) -> bool:
         """Whether ``bsym`` writes input ``g`` using a value that an extern kernel (a matmul) read
