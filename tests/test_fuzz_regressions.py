@@ -4333,3 +4333,76 @@ def test_a_read_then_lerp_into_a_transposed_input_is_wrong_in_plain_torch_compil
         got = torch.compile(_sum_then_lerp, fullgraph=True)(*args)
         torch.testing.assert_close(args[0], expected_args[0])  # the write itself is right
         assert torch.allclose(got, expected) != wrong, "plain torch.compile is right here now: the eighth region end may go"
+
+
+# -- soak seeds 86000 and 86001 --------------------------------------------------------------------
+
+
+def clone_of_kept_input_written_in_part_then_input_zeroed(a, rm, rv):  # soak seeds 86000/86001
+    rm.copy_(rv)  # rm's new value: a clone of rv, then written in part, as values
+    rm[1:] = 0.5
+    t0 = rv.float()
+    t1 = a.contiguous()
+    t2 = a.to(torch.float32)
+    t3 = rm.contiguous()
+    t4 = rm.contiguous()
+    t5 = t0.contiguous()  # rv may be t5 or not: rv stays in place
+    t6 = t0.float()
+    t0.zero_()
+    return (t6, t5)
+
+
+def test_a_write_into_an_input_cloned_and_scattered_before_ends_the_torch_compile_region():
+    """Was silently wrong (soak seeds 86000/86001, every ``torch_compile_ex`` cell with grad;
+    plain Thunder right): ``rm`` came back all zeros.  In one Inductor region ``clone(rv)``, its
+    partial write ``[1:] = 0.5`` (``rm``'s new value) and ``rv.zero_()``: Inductor wrote the
+    partial write into the clone's buffer in place, and that buffer was ``rv``.  The write into
+    ``rv`` now starts a new region (``InductorRegions``, the ninth family)."""
+    assert_matches_eager(
+        clone_of_kept_input_written_in_part_then_input_zeroed,
+        lambda g: (_x(g), *_stats()),
+        configs=ALL_CELLS,
+    )
+
+
+def _clone_scattered_then_input_zeroed(rv):
+    t = rv.clone()
+    t[1:] = 0.5
+    rv.zero_()
+    return t
+
+
+def test_a_clone_written_in_part_then_its_input_zeroed_is_wrong_in_plain_torch_compile():
+    """The upstream bug the ninth region end works around (torch 2.11, CPU): fails when Inductor
+    gets it right, and the region end can go (docs/workarounds.md)."""
+    torch._dynamo.reset()
+    rv = torch.rand(3) + 0.5
+    expected_rv = rv.clone()
+    expected = _clone_scattered_then_input_zeroed(expected_rv)
+    got = torch.compile(_clone_scattered_then_input_zeroed, fullgraph=True)(rv)
+    torch.testing.assert_close(rv, expected_rv)  # the write itself is right
+    assert not torch.allclose(got, expected), "plain torch.compile is right here now: the ninth region end may go"
+
+
+def addcmul_into_a_plain_input_then_its_operand_written_without_grad(a, b, rm, rv):  # soak 86000/86001
+    rm[0] = 0.5
+    b.addcmul_(a, a, value=2.0)  # b's caller gets the value, not the history: its backward never runs
+    with torch.no_grad():
+        a.mul_(1.5)  # writes what that backward saved
+    F.leaky_relu(rm, 0.1, inplace=True)
+    rv[1:] = 0.5
+    return (a,)
+
+
+def test_a_write_into_what_an_unreachable_backward_saved_is_not_refused():
+    """Was a needless SavedTensorMutationError through ``thunder.jit`` with grad (soak seeds
+    86000/86001; plain Thunder right): the backward of ``addcmul`` reads the ``a`` that the no-grad
+    write replaced, but that backward multiplies by the zero cotangent of ``b``'s new value, which
+    nothing differentiates.  Under ThunderFX the write into ``b`` is refused for its own reason
+    (Dynamo hands ``b`` back without history)."""
+    cells = tuple(c for c in ALL_CELLS if c.entry == "jit")
+    assert_matches_eager(
+        addcmul_into_a_plain_input_then_its_operand_written_without_grad,
+        lambda g: (_x(g) * 1, _x(False), *_stats()),
+        configs=cells,
+    )

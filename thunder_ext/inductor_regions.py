@@ -425,6 +425,15 @@ class InductorRegions(WalkPolicy):
         are not in the trace, so such a write ends the region for every layout (soak seed 90000,
         the first with transposed inputs; plain Thunder crashes or is wrong there).
 
+        The ninth family: a clone of an input written in part as a value, then the input written
+        whole, the partial write's value used after: ``t = rv.clone(); t[1:] = 0.5; rv.zero_();
+        return t`` returns zeros (plain ``torch.compile`` too, torch 2.11: the partial write goes
+        into the clone's buffer in place, and the clone is the input itself).  ``return t * 1``
+        comes out right, but the rule does not rely on how the value is used.  It reaches the
+        transform's traces where the input is kept in place (``rv.contiguous()`` read after the
+        write) and another input's new value is that partial write (``rm.copy_(rv); rm[1:] =
+        0.5``: soak seeds 86000 and 86001, where plain Thunder is right).
+
         Such a region is possible whether barriers are fused or not (with a backward they are
         not): where data edges already order the accesses no barrier stands between them
         (``rv.copy_(rm); rm += rv`` with grad).  So whenever ``torch_compile_ex`` is among the
@@ -449,7 +458,7 @@ class InductorRegions(WalkPolicy):
         touched = sorted(
             {g for g in used if (g, "use") in self.region_ends or self.write_after_write(g, bsym, effect, write_groups)}
             | {g for g in write_groups if (g, "write_into") in self.region_ends and self.read_used_after(g, i)
-               and (self.writes_part_of(g, bsym, effect) or self.fuses_with_the_read(bsym))}
+               and (self.writes_part_of(g, bsym, effect) or self.fuses_with_the_read(bsym) or self.scatters_a_read(g, i))}
             | {g for g in self.rewritten_reads(bsym, effect) if (g, "derived_write") in self.region_ends}
             | {g for g in write_groups if self.writes_an_extern_kernels_operands(g, i, bsym)}
             | {g for g in used if (g, "copy") in self.region_ends and str(bsym.sym.name) in WHOLE_COPIES}
@@ -625,6 +634,16 @@ class InductorRegions(WalkPolicy):
             return False
         weight = bsym.args[2] if len(bsym.args) > 2 else bsym.kwargs.get("weight")
         return not isinstance(weight, TensorProxy)
+
+    def scatters_a_read(self, g: str, i: int) -> bool:
+        """Whether a value read from input ``g`` in this region was written in part as a value
+        (:data:`SLICE_WRITES`) and is used after bsym ``i`` (the ninth family of
+        :meth:`split_for_torch_compile`)."""
+        for n in self.derived_names.get(g, ()):
+            k = self.walk.made_at.get(n)
+            if k is not None and self.walk.last_use.get(n, -1) > i and str(self.walk.bsyms[k].sym.name) in SLICE_WRITES:
+                return True
+        return False
 
     def writes_an_extern_kernels_operands(self, g: str, i: int, bsym: BoundSymbol) -> bool:
         """Whether ``bsym`` writes input ``g`` using a value that an extern kernel (a matmul) read

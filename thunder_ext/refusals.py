@@ -1197,17 +1197,19 @@ def inputs_written_only_as_running_stats(stripped: tuple[list[BoundSymbol], Alia
 
 def _changes_a_result(placed: TraceCtx) -> Callable[[BoundSymbol], bool]:
     """Whether a read's outputs matter in ``placed``; a read whose outputs it does not make
-    (renamed, or gone) is taken to matter.  The analysis runs once, at the first question."""
-    from thunder_ext.zero_cotangents import reads_that_matter
+    (renamed, or gone) is taken to matter.  A read that is itself a product with a known zero
+    (the backward of an op whose output nothing differentiates) changes nothing, whatever it
+    reads.  The analysis runs once, at the first question."""
+    from thunder_ext.zero_cotangents import known_zeros, reads_that_matter
 
     memo: list = []
 
     def changes(read: BoundSymbol) -> bool:
         if not memo:
-            memo.extend((_made_names(placed), reads_that_matter(placed.bound_symbols)))
-        made, needed = memo
+            memo.extend((_made_names(placed), reads_that_matter(placed.bound_symbols), known_zeros(placed.bound_symbols)))
+        made, needed, zeros = memo
         outs = {p.name for p in read.flat_proxy_outs}
-        return not outs or not outs <= made or bool(outs & needed)
+        return not outs or not outs <= made or (bool(outs & needed) and not outs <= zeros)
 
     return changes
 
@@ -1241,7 +1243,9 @@ def refuse_saved_tensor_mutation(
     (:func:`thunder_ext.zero_cotangents.reads_that_matter`): the backward of an output nothing uses,
     which autodiff runs on a zero cotangent (``t0 = F.batch_norm(a, rm, rv, training=True); t1 =
     t0.contiguous(); t1.sub_(a)``, ``t1`` never returned, then a no-grad write into ``a``).  Eager
-    never runs that backward (soak seed 70000, plain Thunder right).
+    never runs that backward (soak seed 70000, plain Thunder right).  The read may be that
+    product itself: ``b.addcmul_(a, a)`` into an input ``b`` without grad (its caller gets the
+    value, not the history), then a no-grad write into ``a`` (soak seeds 86000 and 86001).
     """
     if joint is not None and not any(b.sym.id == prims.PrimIDs.GET_GRAD for b in joint.bound_symbols):
         return
