@@ -46,3 +46,33 @@ def test_soak_collects_every_failure() -> None:
     result = soak(int(os.environ.get("THUNDER_EXT_FUZZ_EXAMPLES", "300")))
     report = [f"{sig}\n{result.smallest(sig)}" for sig in result.failures]
     assert not report, f"{result.failed_programs} of {result.ran} programs failed:\n" + "\n".join(report)
+
+
+@given(program=programs())
+def test_generator_knows_eager_layouts(program: Program) -> None:
+    """Transposed inputs are drawn, print and parse back; and the generator's layout bookkeeping
+    is eager's: no drawn ``view`` meets a tensor eager cannot view (with a transposed input,
+    ``a.sin()`` is transposed too, and ``a.t()`` contiguous)."""
+    assert Program.from_source(program.source).source == program.source
+    for spec, arg in zip(program.inputs, program.make_args(grad=True)):
+        if spec.transposed:
+            assert arg.stride() == (1, 4) and not arg.is_contiguous()
+            assert arg._base is None  # its own storage, or `leaf * 1`
+    event("transposed input" if any(i.transposed for i in program.inputs) else "contiguous inputs")
+    try:
+        program.function()(*program.make_args(grad=False))
+    except RuntimeError as e:
+        assert "view size is not compatible" not in str(e), program.source
+
+
+def test_transposed_layout_makes_flatten_a_copy_in_the_generator() -> None:
+    """A flatten of a transposed input is a new storage (a copy in eager), of its transpose a view."""
+    from hypothesis import strategies as st
+
+    from thunder_ext.testing.fuzzing import Input, _Builder
+
+    b = _Builder(st.data, [Input("a", "x", transposed=True)], leaf_writes=False)
+    b.new("a.t()", (3, 4), 0.0, root="a")
+    b.new("a.sin()", (4, 3), 1.0)
+    contiguous = {v.name: v.contiguous for v in b.vars}
+    assert contiguous == {"a": False, "t0": True, "t1": False}

@@ -7,7 +7,9 @@ under a ``<fuzz-N>`` file name and registered in :mod:`linecache`, so Thunder's 
 tracebacks show its lines.
 
 **Vocabulary.**  Every float input is a ``(4, 3)`` tensor (``a``, ``b``, ``c``), each with
-its own ``requires_grad``; optional running stats ``rm``/``rv`` of shape ``(3,)`` (never
+its own ``requires_grad``, and one in four laid out transposed (strides ``(1, 4)``: eager's
+``reshape``, ``flatten`` and ``contiguous`` copy it where they view a contiguous one, and a
+compiled function must answer every layout of its calls); optional running stats ``rm``/``rv`` of shape ``(3,)`` (never
 requiring grad), and ``idx = tensor([1, 0])`` when ``index_copy_`` or ``index_add_`` is used.  Statements:
 
 * functional elementwise ops: ``sin cos tanh sigmoid neg exp`` and ``+ - *`` with a tensor
@@ -125,6 +127,7 @@ class Input:
     kind: str  # 'x' (4, 3) float, 'rm' running mean, 'rv' running var, 'idx' index
     requires_grad: bool = False
     nonleaf: bool = False  # passed as ``leaf * 1``: eager allows writes to it
+    transposed: bool = False  # 'x' only: strides (1, 4), not a view of anything
 
     def describe(self) -> str:
         what = {
@@ -134,7 +137,8 @@ class Input:
             "idx": "tensor([1, 0])",
         }[self.kind]
         grad = " requires_grad (non-leaf)" if self.nonleaf else " requires_grad"
-        return f"{self.name} {what}" + (grad if self.requires_grad else "")
+        layout = " transposed" if self.transposed else ""
+        return f"{self.name} {what}{layout}" + (grad if self.requires_grad else "")
 
     def make(self, grad: bool, device: str = "cpu") -> torch.Tensor:
         if self.kind == "idx":
@@ -143,7 +147,10 @@ class Input:
             return torch.randn(3, device=device) * 0.1
         if self.kind == "rv":
             return torch.rand(3, device=device) + 0.5
-        t = torch.randn(*BASE_SHAPE, device=device).requires_grad_(grad and self.requires_grad)
+        t = torch.randn(*BASE_SHAPE, device=device)
+        if self.transposed:  # its own storage (no ``_base``), so only its strides differ
+            t = torch.empty_strided(BASE_SHAPE, (1, BASE_SHAPE[0]), device=device).copy_(t)
+        t = t.requires_grad_(grad and self.requires_grad)
         return t * 1 if t.requires_grad and self.nonleaf else t
 
 
@@ -172,8 +179,8 @@ class Program:
         kinds = {"(4, 3)": "x", "(3,) running mean": "rm", "(3,) running var": "rv", "tensor([1, 0])": "idx"}
         shapes = "|".join(re.escape(k) for k in kinds)
         inputs = [
-            Input(m[1], kinds[m[2]], m[3] is not None, m[4] is not None)
-            for m in re.finditer(rf"(\w+) ({shapes})( requires_grad)?( \(non-leaf\))?", lines[0])
+            Input(m[1], kinds[m[2]], m[4] is not None, m[5] is not None, m[3] is not None)
+            for m in re.finditer(rf"(\w+) ({shapes})( transposed)?( requires_grad)?( \(non-leaf\))?", lines[0])
         ]
         returns = lines[-1].strip().removeprefix("return (").removesuffix(",)").split(", ")
         return cls(tuple(inputs), tuple(line[4:] for line in lines[2:-1]), tuple(returns))
@@ -224,7 +231,7 @@ class _Var:
     name: str
     shape: tuple[int, ...]
     root: str  # the storage this name views
-    contiguous: bool = True
+    contiguous: bool = True  # as eager lays it out (:attr:`_Builder.layout` says)
     writable: bool = True  # False for expanded views (several elements share memory)
 
 
@@ -240,9 +247,14 @@ class _Builder:
         self.bound: dict[str, float] = {}
         self.lines: list[str] = []
         self.count = 0
+        # Each name's eager layout, from running its expression on zeros: strides decide whether
+        # ``view`` is legal and whether ``reshape``/``flatten``/``contiguous`` copy, and a
+        # transposed input makes its computed values transposed too.
+        self.layout: dict[str, torch.Tensor] = {}
         for i in inputs:
             shape = BASE_SHAPE if i.kind == "x" else (3,)
-            self.vars.append(_Var(i.name, shape, i.name))
+            self.layout[i.name] = i.make(False).zero_()
+            self.vars.append(_Var(i.name, shape, i.name, contiguous=self.layout[i.name].is_contiguous()))
             self.bound[i.name] = {"x": INPUT_BOUND, "rm": 1.0, "rv": 2.0}[i.kind]
 
     # helpers
@@ -255,15 +267,22 @@ class _Builder:
         return self.draw(st.sampled_from(cands)) if cands else None
 
     def new(
-        self, expr: str, shape: tuple[int, ...], bound: float, *, root: str | None = None, contiguous=True, writable=True
+        self, expr: str, shape: tuple[int, ...], bound: float, *, root: str | None = None, writable=True
     ) -> None:
         name = f"t{self.count}"
         self.count += 1
         self.lines.append(f"{name} = {expr}")
         r = root if root is not None else name
-        self.vars.append(_Var(name, shape, r, contiguous, writable))
+        self.layout[name] = t = self.eager_layout(expr)
+        assert tuple(t.shape) == shape, (expr, t.shape, shape)  # the generator's own shape tracking
+        self.vars.append(_Var(name, shape, r, t.is_contiguous(), writable))
         if root is None:
             self.bound[name] = bound
+
+    def eager_layout(self, expr: str) -> torch.Tensor:
+        """``expr`` run by eager on the names' zero-filled stand-ins (only its strides are used)."""
+        with torch.no_grad():
+            return eval(expr, {"torch": torch, "F": F}, dict(self.layout))
 
     def target(self, pred: Callable[[_Var], bool] = lambda v: True) -> _Var | None:
         """A name to write to."""
@@ -281,6 +300,7 @@ class _Builder:
         if i is None:
             i = Input("idx", "idx")
             self.inputs.append(i)
+            self.layout[i.name] = i.make(False)
         return i.name
 
     # statements: each returns False when nothing in scope fits
@@ -322,21 +342,21 @@ class _Builder:
         v = self.pick(lambda v: _view_shape(kind, v) is not None)
         if v is None:
             return False
-        shape, contiguous = _view_shape(kind, v)
+        shape = _view_shape(kind, v)
         if kind == "expand":
-            self.new(f"{v.name}.expand{shape}", shape, 0.0, root=v.root, contiguous=False, writable=False)
+            self.new(f"{v.name}.expand{shape}", shape, 0.0, root=v.root, writable=False)
             return True
         expr = f"{v.name}{kind}" if kind.startswith("[") else f"{v.name}.{kind}"
         if kind == "linalg.diagonal":
             expr = f"torch.linalg.diagonal({v.name})"
         if kind == "view_as":
             expr = f"{v.name}.view_as({v.name})"
-        copies = len(v.shape) >= 2 or kind == "contiguous()"  # 1-D: flatten is v, reshape(-1) a view
-        if kind in ("reshape(3, 4)", "ravel()", "flatten()", "reshape(-1)", "contiguous()") and not v.contiguous and copies:
-            # these copy a non-contiguous tensor (of their shape), in eager and in Thunder alike
+        out, base = self.eager_layout(expr), self.layout[v.name]
+        if out.untyped_storage().data_ptr() != base.untyped_storage().data_ptr():
+            # reshape, ravel, flatten or contiguous copied: eager's strides of v make it a new storage
             self.new(expr, shape, self.b(v))
         else:
-            self.new(expr, shape, 0.0, root=v.root, contiguous=contiguous)
+            self.new(expr, shape, 0.0, root=v.root)
         return True
 
     def reduce(self) -> bool:
@@ -468,7 +488,7 @@ class _Builder:
             expr = f"torch.positive({v.name})"
         else:
             expr = f"{v.name}.{form}"
-        self.new(expr, v.shape, 0.0, root=v.root, contiguous=v.contiguous, writable=v.writable)
+        self.new(expr, v.shape, 0.0, root=v.root, writable=v.writable)
         return True
 
     def matmul(self) -> bool:
@@ -537,53 +557,54 @@ class _Builder:
     )
 
 
-def _view_shape(kind: str, v: _Var) -> tuple[tuple[int, ...], bool] | None:
-    """(shape, contiguous) of ``v`` viewed as ``kind``, or None when it does not apply."""
+def _view_shape(kind: str, v: _Var) -> tuple[int, ...] | None:
+    """The shape of ``v`` viewed as ``kind``, or None when it does not apply (``view`` needs a
+    contiguous ``v``, and ``contiguous()`` of a contiguous one is an identity op, drawn there)."""
     s, n = v.shape, len(v.shape)
     if kind == "[0]":
-        return (s[1:], v.contiguous) if n >= 1 and s[0] >= 1 else None
+        return s[1:] if n >= 1 and s[0] >= 1 else None
     if kind == "[1:]":
-        return ((s[0] - 1, *s[1:]), v.contiguous) if n >= 1 and s[0] >= 2 else None
+        return (s[0] - 1, *s[1:]) if n >= 1 and s[0] >= 2 else None
     if kind == "[:2]":
-        return ((2, *s[1:]), v.contiguous) if n >= 1 and s[0] >= 3 else None
+        return (2, *s[1:]) if n >= 1 and s[0] >= 3 else None
     if kind == "[:, 1]":
-        return ((s[0],), False) if n == 2 and s[1] >= 2 else None
+        return (s[0],) if n == 2 and s[1] >= 2 else None
     if kind == "view(-1)":
-        return ((math.prod(s),), True) if v.contiguous and n >= 2 else None
+        return (math.prod(s),) if v.contiguous and n >= 2 else None
     if kind == "view(2, 6)":
-        return ((2, 6), True) if v.contiguous and math.prod(s) == 12 and s != (2, 6) else None
+        return (2, 6) if v.contiguous and math.prod(s) == 12 and s != (2, 6) else None
     if kind == "reshape(3, 4)":
-        return ((3, 4), v.contiguous) if math.prod(s) == 12 and s != (3, 4) else None
+        return (3, 4) if math.prod(s) == 12 and s != (3, 4) else None
     if kind == "t()":
-        return ((s[1], s[0]), False) if n == 2 else None
+        return (s[1], s[0]) if n == 2 else None
     if kind == "unsqueeze(0)":
-        return ((1, *s), v.contiguous) if n <= 2 else None
+        return (1, *s) if n <= 2 else None
     if kind == "[::2]":
-        return (((s[0] + 1) // 2, *s[1:]), False) if n >= 1 and s[0] >= 3 else None
+        return ((s[0] + 1) // 2, *s[1:]) if n >= 1 and s[0] >= 3 else None
     if kind == "expand":
-        return ((2, *s), False) if n <= 2 else None
+        return (2, *s) if n <= 2 else None
     if kind == "diagonal()":
-        return ((min(s),), False) if n == 2 else None
+        return (min(s),) if n == 2 else None
     if kind == "narrow(1, 1, 2)":
-        return ((s[0], 2), False) if n == 2 and s[1] >= 3 else None
+        return (s[0], 2) if n == 2 and s[1] >= 3 else None
     if kind == "transpose(0, 1)":
-        return ((s[1], s[0]), False) if n == 2 else None
+        return (s[1], s[0]) if n == 2 else None
     if kind == "select(1, 0)":
-        return ((s[0],), False) if n == 2 else None
+        return (s[0],) if n == 2 else None
     if kind == "[:, ::2]":
-        return ((s[0], (s[1] + 1) // 2), False) if n == 2 and s[1] >= 2 else None
+        return (s[0], (s[1] + 1) // 2) if n == 2 and s[1] >= 2 else None
     if kind == "ravel()":
-        return ((math.prod(s),), v.contiguous) if n >= 2 else None
+        return (math.prod(s),) if n >= 2 else None
     if kind in ("flatten()", "reshape(-1)"):
-        return ((math.prod(s),), v.contiguous) if n >= 1 else None
+        return (math.prod(s),) if n >= 1 else None
     if kind == "contiguous()":  # of a contiguous tensor it is the tensor itself: an identity op, drawn there
-        return (s, True) if not v.contiguous else None
+        return s if not v.contiguous else None
     if kind == "view_as":
-        return (s, v.contiguous)
+        return s
     if kind == "linalg.diagonal":
-        return ((min(s),), False) if n == 2 else None
+        return (min(s),) if n == 2 else None
     if kind == "split(2)[1]":
-        return ((min(2, s[0] - 2), *s[1:]), v.contiguous) if n >= 1 and s[0] >= 3 else None
+        return (min(2, s[0] - 2), *s[1:]) if n >= 1 and s[0] >= 3 else None
     raise ValueError(kind)
 
 
@@ -594,7 +615,8 @@ def programs(draw, max_statements: int = MAX_STATEMENTS) -> Program:
     inputs = []
     for name in "abc"[:n_inputs]:
         grad = draw(st.booleans())
-        inputs.append(Input(name, "x", grad, nonleaf=grad and draw(st.booleans())))
+        nonleaf = grad and draw(st.booleans())
+        inputs.append(Input(name, "x", grad, nonleaf=nonleaf, transposed=draw(st.integers(0, 3)) == 0))
     if draw(st.booleans()):
         inputs += [Input("rm", "rm"), Input("rv", "rv")]
     g = _Builder(draw, inputs, leaf_writes=draw(st.integers(0, 3)) == 3)
