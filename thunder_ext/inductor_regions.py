@@ -64,13 +64,13 @@ INDEXED_WRITES = frozenset({"index_copy_", "index_add_", "index_put_"})
 # ``contiguous`` copies a non-contiguous input, and plain torch.compile loses that copy the same way.
 WHOLE_COPIES = frozenset({"clone", "contiguous"})
 
-# Ops Inductor calls as library kernels (extern kernels) rather than generating code for: the
-# fifth family of ``InductorRegions.split_for_torch_compile``.
 # Writes Inductor fuses with an earlier read of their input into one loop that, for an input not
 # laid out contiguously, reads elements it has already written (the eighth family): ``lerp`` by a
 # number, as ``lerp_`` or as the value a ``copy_`` writes back.
 READ_FUSED_WRITES = frozenset({"lerp_", "lerp"})
 
+# Ops Inductor calls as library kernels (extern kernels) rather than generating code for: the
+# fifth family of ``InductorRegions.split_for_torch_compile``.
 EXTERN_KERNEL_READS = frozenset({
     "matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "einsum",
     "conv1d", "conv2d", "conv3d", "convolution", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
