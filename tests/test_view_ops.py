@@ -186,3 +186,36 @@ def test_unlisted_view_across_a_write(name: str, shape):
     transform (``t = a.ravel(); t.mul_(1.5)`` left ``a`` as it was)."""
     cells = judge_function(shape(UNLISTED_VIEW_OPS[name]), _args, grad_modes=(False, True), configs=CONFIGS).cells
     assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+
+
+def _transposed_args(grad: bool):
+    """``a`` laid out transposed (strides (1, 4)), with its own storage."""
+    a = torch.empty_strided((4, 3), (1, 4)).copy_(torch.randn(4, 3))
+    return a.requires_grad_(grad), torch.randn(4, 3)
+
+
+@pytest.mark.parametrize("shape", [_made_before_a_write, _written_through], ids=["made_before", "written_through"])
+@pytest.mark.parametrize("name", sorted(UNLISTED_VIEW_OPS))
+def test_unlisted_view_of_a_transposed_input_across_a_write(name: str, shape):
+    """The same on an input laid out transposed.  ``ravel`` is ``contiguous()`` then ``view``:
+    a copy of it, where the transform took every ``ravel`` for a view (soak seed 87000: ``t0 =
+    a.ravel(); t0.add_(1.5)`` wrote into ``a``; plain Thunder right).  An unlisted op that views
+    its argument on contiguous meta tensors is asked again on strided ones, and where it copies
+    there it is a view or a copy by strides, as ``reshape`` is (``meta_calls.copies_when_strided``)."""
+    cells = judge_function(shape(UNLISTED_VIEW_OPS[name]), _transposed_args, grad_modes=(False, True), configs=CONFIGS).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+
+
+def test_ravel_of_a_transpose_is_a_copy_not_a_view():
+    """``a.t().ravel()`` of a contiguous ``a`` copies in eager: a write into it leaves ``a`` as it
+    was (every ``thunder.jit`` cell, executors and fusion types; ``a`` was written before)."""
+
+    def fn(a, w):
+        t0 = a.t().ravel()
+        t0.mul_(w.t().ravel())
+        return (t0 * 1, a * 1)
+
+    configs = tuple(replace(c, executors=e) for c in CONFIGS for e in ("default", "torch_compile"))
+    cells = judge_function(fn, lambda g: (torch.randn(4, 3), torch.randn(4, 3).requires_grad_(g)), configs=configs).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    assert all(c.status == "correct" for c in cells if not c.grad), "\n".join(map(str, cells))

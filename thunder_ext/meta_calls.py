@@ -149,16 +149,23 @@ def memoized(memo: dict, key: tuple | None, ask: Callable[[], bool]) -> bool:
     return answer
 
 
-def call_on_meta(bsym: BoundSymbol, fn: Callable, *, grad: bool = False) -> tuple[dict[str, torch.Tensor], object]:
+def call_on_meta(
+    bsym: BoundSymbol, fn: Callable, *, grad: bool = False, strided: bool = False
+) -> tuple[dict[str, torch.Tensor], object]:
     """``fn`` called with ``bsym``'s arguments, each tensor a meta tensor of its shape and dtype
     (one per name: a repeated argument is the same tensor); with ``grad``, every floating one
-    requires grad.  Returns the tensors by name and the result; raises what the call raises."""
+    requires grad; with ``strided``, each is laid out with a gap after every element (strides
+    twice a contiguous tensor's), as a strided view of an input may be at run time.  Returns the
+    tensors by name and the result; raises what the call raises."""
     metas: dict[str, torch.Tensor] = {}
 
     def meta(x):
         if isinstance(x, TensorProxy):
             if x.name not in metas:
-                t = torch.empty(tuple(x.shape), dtype=to_torch_dtype(x.dtype), device="meta")
+                shape = tuple(x.shape)
+                t = torch.empty(shape, dtype=to_torch_dtype(x.dtype), device="meta")
+                if strided and shape:
+                    t = torch.empty_strided(shape, tuple(2 * s for s in t.stride()), dtype=t.dtype, device="meta")
                 metas[x.name] = t.requires_grad_(grad and dtypes.is_inexact_dtype(x.dtype))
             return metas[x.name]
         if isinstance(x, dtypes.dtype):
@@ -237,12 +244,12 @@ def position(bsym: BoundSymbol, p: TensorProxy) -> int:
 _OUTPUTS: dict[tuple, tuple] = {}
 
 
-def _probe_outputs(bsym: BoundSymbol) -> tuple:
+def _probe_outputs(bsym: BoundSymbol, strided: bool = False) -> tuple:
     fn = eager_form(bsym)
     if fn is None:
         return ()
     try:
-        metas, result = call_on_meta(bsym, fn)
+        metas, result = call_on_meta(bsym, fn, strided=strided)
     except Exception:  # eager cannot run it on meta: nothing known
         return ()
     names = [p.name for p in tree_flatten((bsym.args, bsym.kwargs))[0] if isinstance(p, TensorProxy)]
@@ -264,6 +271,30 @@ def _outputs_on_meta(bsym: BoundSymbol) -> tuple:
     distinct tensor arguments, in order) of the argument whose storage it shares, or None, and
     whether it is that argument object itself.  Empty where the probe cannot tell."""
     return memoized(_OUTPUTS, call_signature(bsym), lambda: _probe_outputs(bsym))
+
+
+_STRIDED_OUTPUTS: dict[tuple, tuple] = {}
+
+
+def copies_when_strided(bsym: BoundSymbol) -> bool:
+    """Whether eager's call, which returns a view of its first tensor argument for contiguous
+    arguments, returns storage of its own for strided ones: ``t.ravel()`` (``contiguous()``
+    then ``view``).  Its output is then a view or a copy by the strides of its argument at run
+    time, which no trace records.  True where the strided call raises nothing but the probe
+    cannot tell."""
+    strided = memoized(_STRIDED_OUTPUTS, call_signature(bsym), lambda: _probe_outputs(bsym, strided=True))
+    return tuple(k for k, _ in strided) != output_storage_sources(bsym) and (bool(strided) or _strided_call_runs(bsym))
+
+
+def _strided_call_runs(bsym: BoundSymbol) -> bool:
+    """Whether eager accepts strided arguments at all (an op that ``view``s them raises, as it
+    does at run time: then the contiguous answer is the only one)."""
+    fn = eager_form(bsym)
+    try:
+        call_on_meta(bsym, fn, strided=True)
+    except Exception:
+        return False
+    return True
 
 
 def output_storage_sources(bsym: BoundSymbol) -> tuple:

@@ -34,7 +34,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
 from thunder.extend import get_all_executors
 
-from thunder_ext.meta_calls import output_storage_sources
+from thunder_ext.meta_calls import copies_when_strided, output_storage_sources
 
 PrimIDs = prims.PrimIDs
 
@@ -223,7 +223,7 @@ def view_kind(bsym: BoundSymbol) -> str | None:
         # Of these only ``to`` changes dtype or device, and then it always copies.
         return None if _changes_dtype_or_device(bsym) else "maybe"
     if _unlisted_view(bsym, ids):
-        return "view"
+        return "maybe" if copies_when_strided(bsym) else "view"
     return None
 
 
