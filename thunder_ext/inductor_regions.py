@@ -628,8 +628,7 @@ class InductorRegions(WalkPolicy):
         loop (:data:`READ_FUSED_WRITES`, a number weight): ``lerp_``, or a ``copy_`` of a ``lerp``
         (the eighth family of :meth:`split_for_torch_compile`)."""
         if is_copy(bsym):
-            k = self.walk.made_at.get(tensor_args(bsym)[0].name)
-            bsym = self.walk.bsyms[k] if k is not None else bsym
+            bsym = self.maker(tensor_args(bsym)[0].name) or bsym
         if str(bsym.sym.name) not in READ_FUSED_WRITES:
             return False
         weight = bsym.args[2] if len(bsym.args) > 2 else bsym.kwargs.get("weight")
@@ -639,11 +638,17 @@ class InductorRegions(WalkPolicy):
         """Whether a value read from input ``g`` in this region was written in part as a value
         (:data:`SLICE_WRITES`) and is used after bsym ``i`` (the ninth family of
         :meth:`split_for_torch_compile`)."""
-        for n in self.derived_names.get(g, ()):
-            k = self.walk.made_at.get(n)
-            if k is not None and self.walk.last_use.get(n, -1) > i and str(self.walk.bsyms[k].sym.name) in SLICE_WRITES:
-                return True
-        return False
+        return any(self.walk.last_use.get(n, -1) > i and self.made_by_a_partial_write(n) for n in self.derived_names.get(g, ()))
+
+    def maker(self, name: str) -> BoundSymbol | None:
+        """The bsym of the walk that made ``name``, if the walk made it."""
+        k = self.walk.made_at.get(name)
+        return self.walk.bsyms[k] if k is not None else None
+
+    def made_by_a_partial_write(self, name: str) -> bool:
+        """Whether ``name`` is a value a functional partial write made (:data:`SLICE_WRITES`)."""
+        made = self.maker(name)
+        return made is not None and str(made.sym.name) in SLICE_WRITES
 
     def writes_an_extern_kernels_operands(self, g: str, i: int, bsym: BoundSymbol) -> bool:
         """Whether ``bsym`` writes input ``g`` using a value that an extern kernel (a matmul) read
@@ -692,9 +697,7 @@ class InductorRegions(WalkPolicy):
         # (unfuse_epilogue), and on the final trace writes the slice in place (reinplace_inputs).
         if any(self.walk.info.group_of(w) == self.walk.info.group_of(n) for w in effect_of(bsym).writes for n in self.walk.options.config.epilogue_inputs if n in self.walk.proxies):
             return False
-        src = tensor_args(bsym)[0]
-        k = self.walk.made_at.get(src.name)
-        return k is not None and str(self.walk.bsyms[k].sym.name) in SLICE_WRITES
+        return self.made_by_a_partial_write(tensor_args(bsym)[0].name)
 
     def writes_part_of(self, g: str, bsym: BoundSymbol, effect) -> bool:
         """Whether ``bsym`` writes only part of the input storage ``g`` (setitem, or through a smaller
@@ -769,8 +772,7 @@ class InductorRegions(WalkPolicy):
 
     def reads_a_partial_write(self, bsym: BoundSymbol) -> bool:
         """Whether ``bsym`` reads a value a functional partial write made (:data:`SLICE_WRITES`)."""
-        made = (self.walk.made_at.get(p.name) for p in tensor_args(bsym))
-        return any(k is not None and str(self.walk.bsyms[k].sym.name) in SLICE_WRITES for k in made)
+        return any(self.made_by_a_partial_write(p.name) for p in tensor_args(bsym))
 
     def input_groups(self) -> set[str]:
         """The storage groups of the trace's inputs (what the caller can observe)."""

@@ -273,7 +273,7 @@ def _outputs_on_meta(bsym: BoundSymbol) -> tuple:
     return memoized(_OUTPUTS, call_signature(bsym), lambda: _probe_outputs(bsym))
 
 
-_STRIDED_OUTPUTS: dict[tuple, tuple] = {}
+_COPIES_WHEN_STRIDED: dict[tuple, bool] = {}
 
 
 def copies_when_strided(bsym: BoundSymbol) -> bool:
@@ -282,8 +282,14 @@ def copies_when_strided(bsym: BoundSymbol) -> bool:
     then ``view``).  Its output is then a view or a copy by the strides of its argument at run
     time, which no trace records.  True where the strided call raises nothing but the probe
     cannot tell."""
-    strided = memoized(_STRIDED_OUTPUTS, call_signature(bsym), lambda: _probe_outputs(bsym, strided=True))
-    return tuple(k for k, _ in strided) != output_storage_sources(bsym) and (bool(strided) or _strided_call_runs(bsym))
+    return memoized(_COPIES_WHEN_STRIDED, call_signature(bsym), lambda: _probe_copies_when_strided(bsym))
+
+
+def _probe_copies_when_strided(bsym: BoundSymbol) -> bool:
+    strided = _probe_outputs(bsym, strided=True)
+    if strided:
+        return tuple(k for k, _ in strided) != output_storage_sources(bsym)
+    return _strided_call_runs(bsym)  # the probe cannot tell: a copy, unless eager refuses strides
 
 
 def _strided_call_runs(bsym: BoundSymbol) -> bool:
