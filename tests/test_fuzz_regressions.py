@@ -4406,3 +4406,27 @@ def test_a_write_into_what_an_unreachable_backward_saved_is_not_refused():
         lambda g: (_x(g) * 1, _x(False), *_stats()),
         configs=cells,
     )
+
+
+def grad_input_written_through_its_contiguous_without_grad_then_with_grad(a, b, c):  # soak 88000
+    a.div_(0.5)
+    t0 = c.contiguous()  # c itself: a view torch_compile_ex regions cannot make again
+    with torch.no_grad():
+        t0.add_(0.5)
+        t0.add_(0.5)
+    c.sub_(a)  # with grad, into c, which requires grad: class 9
+    a.copy_(c)
+    return (b,)
+
+
+def test_class_9_storage_is_refused_as_class_9_with_torch_compile_ex():
+    """Was a needless ViewGradientError with ``torch_compile_ex`` and grad (soak seed 88000):
+    the refusal of a no-grad write through an opaque view of ``c`` came before class 9, which
+    refuses ``c.sub_(a)`` whatever its views do, as the default executors did.  Under ThunderFX
+    the write of ``c``'s value into the plain ``a`` is refused for its own reason."""
+    cells = tuple(c for c in ALL_CELLS if c.entry == "jit")
+    assert_matches_eager(
+        grad_input_written_through_its_contiguous_without_grad_then_with_grad,
+        lambda g: (_x(False), _x(g), _x(g) * 1),
+        configs=cells,
+    )
