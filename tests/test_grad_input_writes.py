@@ -209,8 +209,14 @@ def private_write_under_no_grad(x, w):
     return h.sum() + (h * h).sum()
 
 
+def copy_of_a_constant_under_no_grad(x, w):
+    with torch.no_grad():
+        x.copy_(torch.full_like(x, 2.0))  # a reset: later reads still differentiate into x
+    return x.cos() * w
+
+
 NO_GRAD_WRITES = [ema_under_no_grad, chained_writes_under_no_grad, set_grad_enabled_false, decorated_no_grad,
-                  private_write_under_no_grad]
+                  private_write_under_no_grad, copy_of_a_constant_under_no_grad]
 
 
 @pytest.mark.parametrize("config", MATRIX, ids=config_id)
@@ -222,8 +228,8 @@ def test_write_without_grad_matches_eager(fn, config: Config):
     torch.testing.assert_close(got, expected)
 
 
-@pytest.mark.parametrize("fn", [ema_under_no_grad, chained_writes_under_no_grad, private_write_under_no_grad],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", [ema_under_no_grad, chained_writes_under_no_grad, private_write_under_no_grad,
+                                copy_of_a_constant_under_no_grad], ids=lambda f: f.__name__)
 def test_plain_thunder_drops_the_gradient_after_a_write_without_grad(fn):
     """Why the cells above are evidence: plain Thunder gets these gradients wrong."""
     eager = _run(fn)

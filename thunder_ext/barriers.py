@@ -327,6 +327,8 @@ class _Placer:
         self.grad_versions: set[str] = set(differentiable)
         self.straight_versions: set[str] = set()  # the versions straight_through made
         self.grad_written: set[str] = set()  # groups written with grad enabled
+        self.no_grad_written: set[str] = set()  # groups written with grad disabled
+        self.kept_in_flat_args: set[str] = set()  # input groups the return names by the input itself
         self.origin: list[int] = []  # output position -> stripped index (-1 for a barrier)
         self.out: list[BoundSymbol] = []
 
@@ -463,6 +465,8 @@ class _Placer:
         cur = self.renamed(bsym)
         if effect.writes and writes_with_grad(bsym):
             self.grad_written |= write_groups
+        elif effect.writes:
+            self.no_grad_written |= write_groups
         if bsym.sym.id == prims.PrimIDs.GET_GRAD:
             self.grad_taken.update(p.name for p in (*bsym.flat_proxy_args, *cur.flat_proxy_args))
         my_anc = self.ancestry(cur)
@@ -478,7 +482,7 @@ class _Placer:
             if plan:
                 self.emit(plan, bsym)
             cur = self.renamed(bsym)
-            if is_return(bsym) and self.straight_versions:
+            if is_return(bsym) and self.no_grad_written:
                 cur = self.keep_grad_inputs(cur)
             if is_return(bsym) and self.backward_renamed:
                 cur = self.forward_flat_args(cur)
@@ -559,7 +563,8 @@ class _Placer:
         """The return's ``flat_args`` keep an input's own name where its newest version is
         straight-through, or is any version of an input gradients flow through whose storage was
         written under no-grad only (through a view: ``t1 = a.reshape(3, 4)``, then a no-grad
-        ``t1.mul_(0.5)``, leaves ``a`` renamed by the return's own barrier).
+        ``t1.mul_(0.5)``, leaves ``a`` renamed by the return's own barrier; or through
+        ``detach()``, whose alias no gradient reaches, so no write through it is straight-through).
 
         Thunder's grad transform collects the inputs' gradients by the names in ``flat_args``;
         a newer version there would get none (plain Thunder's gradient sink: with a barrier's
@@ -572,15 +577,17 @@ class _Placer:
         for x in self.inputs:
             if x in self.proxies:
                 newest.setdefault(self.current(self.proxies[x]).name, []).append(self.proxies[x])
-        straight_groups = {self.storage_of(v) for v in self.straight_versions}
 
         def keep(c):
             if not isinstance(c, TensorProxy) or len(newest.get(c.name, ())) != 1:
                 return c
             x = newest[c.name][0]
             g = self.storage_of(x.name)
-            no_grad_only = x.name in self.differentiable and g in straight_groups and g not in self.grad_written
-            return x if c.name in self.straight_versions or no_grad_only else c
+            no_grad_only = x.name in self.differentiable and g in self.no_grad_written and g not in self.grad_written
+            if c.name in self.straight_versions or no_grad_only:
+                self.kept_in_flat_args.add(g)
+                return x
+            return c
 
         return _map_flat_args(cur, keep)
 
@@ -691,7 +698,7 @@ class _Placer:
     def check_inputs_reached(self, ret_anc: int) -> None:
         for g in self.info.input_groups:
             lw = self.last_write.get(g)
-            if lw is not None and self.current(lw.dest).name in self.straight_versions:
+            if lw is not None and (self.current(lw.dest).name in self.straight_versions or g in self.kept_in_flat_args):
                 self.report.dropped_witnesses += 1  # see keep_grad_inputs
                 continue
             if lw is not None and lw.witness is not None and self.dropped(lw.witness):

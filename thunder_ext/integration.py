@@ -33,6 +33,7 @@ from thunder_ext.barriers import BarrierReport, barrier_pass
 from thunder_ext.errors import InplaceOrderingError
 from thunder_ext.logs import log_refusal, log_report
 from thunder_ext.refusals import refuse_lost_scalar_writes, refuse_saved_tensor_mutation
+from thunder_ext.detached_writes import DetachedWritesReport
 from thunder_ext.final_barriers import BarrierRemovalReport
 from thunder_ext.overlap import OverlapReport
 from thunder_ext.summaries import (
@@ -65,6 +66,8 @@ class StageReports:
     overlaps: OverlapReport | None = None
     # Ops that hand back their input itself, folded into it before autodiff (thunder_ext.identity_ops).
     identity_ops_folded: list[str] = field(default_factory=list)
+    # Writes through detach() marked as the no-grad writes they are (thunder_ext.detached_writes).
+    detached_writes: DetachedWritesReport | None = None
     # Barrier removal on the final traces (thunder_ext.final_barriers), forward and backward.
     final_forward: "BarrierRemovalReport | None" = None
     final_backward: "BarrierRemovalReport | None" = None

@@ -373,6 +373,11 @@ def is_like_factory(bsym: BoundSymbol) -> bool:
     return str(bsym.sym.id).endswith("_like")
 
 
+def is_detach(bsym: BoundSymbol) -> bool:
+    """``detach()``: an alias of its input's storage that carries none of its autograd history."""
+    return bsym.sym.name == "detach"
+
+
 def copies_without_grad(bsym: BoundSymbol) -> bool:
     """Whether ``bsym`` holds a ``copy_`` traced with grad disabled (``torch.no_grad()``, a function
     decorated with it, ``torch.set_grad_enabled(False)``): Thunder records the mode on the copy."""

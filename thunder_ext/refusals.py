@@ -38,6 +38,7 @@ from thunder.core.utils import producers
 from thunder_ext.alias_analysis import AliasInfo, TrackedViews, ViewUse, input_names, storage_groups, view_chain
 from thunder_ext.barriers import BarrierReport, strip_barriers
 from thunder_ext.copied_views import VIEWS_AUTODIFF_COPIES, autodiff_copies, is_detached
+from thunder_ext.detached_writes import detached_aliases
 from thunder_ext.errors import (
     GradInputWriteError,
     KeptWriteOldValueError,
@@ -55,6 +56,7 @@ from thunder_ext.op_kinds import (
     effect_of,
     is_barrier,
     is_copy,
+    is_detach,
     is_like_factory,
     is_return,
     may_be_its_input,
@@ -554,7 +556,7 @@ def differentiable_names(trace: TraceCtx) -> set[str]:
         # grad_enabled=False: by the time transforms run, Thunder has dropped the
         # set_grad_enabled markers).  The tensor it writes keeps its own history, as in eager
         # (the barrier pass's straight-through barrier), so its output stays differentiable.
-        if is_like_factory(bsym):
+        if is_like_factory(bsym) or is_detach(bsym):
             continue
         if is_barrier(bsym):
             # update_aliases passes each member through: its output k is input k's new version.
@@ -776,7 +778,7 @@ def refuse_gradless_overwrite(
     *,
     made_values: frozenset[str] = frozenset(),
 ) -> None:
-    """Refuse ``dst.copy_(src)`` where ``dst`` carries gradients, ``src`` does not, and the result is read.
+    """Refuse ``dst.copy_(src)`` with grad where ``dst`` carries gradients, ``src`` does not, and the result is read.
 
     Eager gives the overwritten tensor's inputs a zero gradient, and a retained gradient to the
     new value; Thunder 0.2.6 returns None for them or fails inside its backward with a bare
@@ -791,8 +793,8 @@ def refuse_gradless_overwrite(
     whole = whole_tensor_versions(bsyms, info.inputs, info.effects)  # the caller's tensors, before and after writes
     for i, bsym in enumerate(bsyms):
         effect = info.effects[i]
-        if not (is_copy(bsym) or bsym.sym.id == "torch.Tensor.copy_"):
-            continue
+        if not (is_copy(bsym) or bsym.sym.id == "torch.Tensor.copy_") or not writes_with_grad(bsym):
+            continue  # a copy under no-grad records nothing: later reads differentiate into dst
         if any(o.name in made_values for o in tensor_outs(bsym)):
             continue
         dests = {w.name for w in effect.writes}
@@ -936,6 +938,7 @@ def refuse_written_grad_inputs(
     independent = None
     bsyms, info = stripped
     outputs = _returned_outputs(bsyms)
+    detached = detached_aliases(bsyms)
     for x in (a for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad):
         write = first_writes.get(info.group_of(x))
         if write is None:
@@ -946,7 +949,18 @@ def refuse_written_grad_inputs(
             if not is_return(b) and any(p.name in reach for p in b.flat_proxy_args):
                 reach.update(p.name for p in b.flat_proxy_outs)
         hit = next((o for o in outputs if o.name in reach), None)
-        if hit is None and independent is None:
+        if all(w.name in detached for w in effect_of(write).writes):
+            through_detach = GradInputWriteError(
+                f"{describe(write)} writes, through `detach()` of the input `{x.name}` (which requires grad), "
+                "a value that carries a gradient. Eager gives the detached tensor that gradient's history and "
+                f"`{x.name}` none; Thunder cannot keep the two apart, and would drop gradients. Write a value "
+                "without gradient (`.detach()` it, or write under `torch.no_grad()`), or write into a clone",
+                write,
+            )
+            if hit is not None:
+                raise through_detach
+            independent = independent or through_detach
+        elif hit is None and independent is None:
             # No output depends on it, but the caller's tensor itself would keep its old history:
             # a gradient taken through it later misses the write's (eager refuses the write on a
             # leaf, and records it on any other tensor).

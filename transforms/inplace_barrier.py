@@ -45,6 +45,7 @@ from thunder_ext.logs import log_refusal, log_removal, log_report, log_split
 from thunder_ext.nvfuser_forms import bump_written_versions
 from thunder_ext.old_value_clones import clone_old_value
 from thunder_ext.batched_copies import batch_copies
+from thunder_ext.detached_writes import writes_through_detach_without_grad
 from thunder_ext.source_lines import attribute_user_lines, function_span
 from thunder_ext.stride_choices import (
     answers_eager_differs_on,
@@ -87,6 +88,10 @@ class InplaceBarrierTransform(thunder.Transform):
         )
         # An op that hands back its input is that input in eager: every later step reads it so.
         computation_trace, identities = fold_identity_ops(computation_trace)
+        # A write through detach() gives its input no history in eager: it is a no-grad write.
+        computation_trace, detached = writes_through_detach_without_grad(
+            computation_trace, frozenset(differentiable_names(computation_trace))
+        )
         aliased = aliased_inputs(computation_trace)
         config = stage_config.before_autodiff(
             cd, differentiable=frozenset(differentiable_names(computation_trace)), aliased_inputs=aliased, comment=self.comment
@@ -112,6 +117,7 @@ class InplaceBarrierTransform(thunder.Transform):
             reports.before_autodiff, reports.aliased_inputs, reports.overlaps = report, aliased, overlaps
             reports.running_stats_only = inputs_written_only_as_running_stats(stripped)
             reports.identity_ops_folded = identities.folded
+            reports.detached_writes = detached
         return guard_substituted_aliases(prologue_trace, computation_trace), new, epilogue_trace
 
     def transform_trace_post_optimization(self, computation_trace: TraceCtx, **kwargs) -> TraceCtx:

@@ -25,7 +25,8 @@ requiring grad), and ``idx = tensor([1, 0])`` when ``index_copy_`` or ``index_ad
   two views Thunder registers automatically without knowing they are views: ``t.ravel()`` and
   ``torch.linalg.diagonal(t)``; ops that are views or copies by the strides of their input:
   ``t.flatten()``, ``t.reshape(-1)``, ``t.contiguous()`` (of a ``t`` that is not contiguous),
-  and ``t.view_as(t)``;
+  and ``t.view_as(t)``; and ``t.detach()``, the storage without the history (a write through it
+  is a no-grad write);
 * ops that hand back their input itself: ``t.contiguous()`` (of a contiguous ``t``),
   ``t.to(torch.float32)``, ``t.float()``, ``t.type_as(t)``, ``F.dropout`` with ``p=0`` or in
   eval mode, and two that Thunder registers automatically: ``torch.positive(t)`` and
@@ -337,6 +338,7 @@ class _Builder:
             "[0]", "[1:]", "[:2]", "[:, 1]", "view(-1)", "view(2, 6)", "reshape(3, 4)", "t()", "unsqueeze(0)",
             "[::2]", "expand", "diagonal()", "split(2)[1]", "narrow(1, 1, 2)", "transpose(0, 1)", "select(1, 0)",
             "[:, ::2]", "ravel()", "linalg.diagonal", "flatten()", "reshape(-1)", "contiguous()", "view_as",
+            "detach()",
         )
         kind = self.draw(st.sampled_from(kinds))
         v = self.pick(lambda v: _view_shape(kind, v) is not None)
@@ -599,7 +601,7 @@ def _view_shape(kind: str, v: _Var) -> tuple[int, ...] | None:
         return (math.prod(s),) if n >= 1 else None
     if kind == "contiguous()":  # of a contiguous tensor it is the tensor itself: an identity op, drawn there
         return s if not v.contiguous else None
-    if kind == "view_as":
+    if kind in ("view_as", "detach()"):
         return s
     if kind == "linalg.diagonal":
         return (min(s),) if n == 2 else None

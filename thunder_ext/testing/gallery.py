@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from thunder_ext.errors import InputAliasError, ViewGradientError
+
 
 @dataclass(frozen=True)
 class Program:
@@ -32,13 +34,15 @@ class Program:
     plain_fails: bool = False
     refused: bool = False
     reference: Callable | None = None
-    # Refused under ThunderFX only: it writes a value that carries a gradient into an input that
-    # does not, which Dynamo may hand back itself from outside the graph (refusals.py).
-    thunderfx_refused: bool = False
+    # Refused under ThunderFX only, with this error: a value that carries a gradient written into
+    # an input that does not, which Dynamo may hand back itself from outside the graph
+    # (ViewGradientError, refusals.py); a detached tensor Dynamo hands to a subgraph as an input,
+    # which Thunder merges into the tensor it came from (InputAliasError, input_aliases.py).
+    thunderfx_refused: type[Exception] | None = None
 
     def refused_in(self, entry: str) -> bool:
         """The transform refuses this program when compiled through ``entry`` (jit or thunderfx)."""
-        return self.refused or (entry == "thunderfx" and self.thunderfx_refused)
+        return self.refused or (entry == "thunderfx" and self.thunderfx_refused is not None)
 
 
 def _t(*shape, grad: bool = False) -> torch.Tensor:
@@ -260,6 +264,12 @@ def power_iteration(x, w, u, v):
     return x @ (w / sigma).t()
 
 
+def weight_clip_through_detach(x, w):
+    """A critic's weight clipping (WGAN), written on the parameter's detached alias, then the forward."""
+    w.detach().clamp_(-0.5, 0.5)
+    return (x @ w.t()).relu().sum(dim=0)
+
+
 def batch_norm2d_read_stats(x, w, b, rm, rv):
     """BatchNorm2d's running mean read in the same forward (no gradient flows through it)."""
     y = F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1)
@@ -428,10 +438,10 @@ PROGRAMS: tuple[Program, ...] = (
     Program("war_long_chain_grad", _grad_inputs(war_long_chain, [((4, 3), False), ((4, 3), True)]), "6 refused", grad=True,
             refused=True),
     Program("grad_through_view_of_input", _grad_inputs(grad_through_view_of_input, [((4, 3), False), ((3,), True)]),
-            "5 input, values", grad=True, plain_fails=True, thunderfx_refused=True),
+            "5 input, values", grad=True, plain_fails=True, thunderfx_refused=ViewGradientError),
     Program("returned_input_written_with_grad",
             _grad_inputs(returned_input_written_with_grad, [((4, 3), False), ((3,), True)]), "5 input, returned value",
-            grad=True, plain_fails=True, thunderfx_refused=True),
+            grad=True, plain_fails=True, thunderfx_refused=ViewGradientError),
     Program("rotary_cache_refresh", _rotary_build, "buffer slice write", grad=True),
     Program(
         "strided_input_scale", _grad_inputs(strided_input_scale, [((4, 4), False), ((4, 3), True)]),
@@ -443,6 +453,10 @@ PROGRAMS: tuple[Program, ...] = (
     ),
     Program("power_iteration", _power_iteration_build, "buffer write, no grad", grad=True),
     Program("batch_norm2d_read_stats", _bn2d_build, "2 composite write, read", grad=True),
+    Program(
+        "weight_clip_through_detach", _grad_inputs(weight_clip_through_detach, [((2, 3), False), ((4, 3), True)]),
+        "write through detach", grad=True, plain_fails=True, thunderfx_refused=InputAliasError,
+    ),
 )
 
 
