@@ -43,6 +43,16 @@ def input_names(trace: TraceCtx) -> set[str]:
     return names
 
 
+def proxy_named(bsyms: Sequence[BoundSymbol], name: str) -> TensorProxy:
+    """The tensor proxy ``bsyms`` read or make under ``name``: searched in the bsyms, not a
+    trace's args, which a trace built by hand may carry only as unpacks."""
+    for b in bsyms:
+        for p in (*b.flat_proxy_args, *b.flat_proxy_outs):
+            if p.name == name and isinstance(p, TensorProxy):
+                return p
+    raise KeyError(name)
+
+
 class StorageGroups:
     """Union-find over proxy names; ``group(name)`` is a canonical representative."""
 

@@ -92,7 +92,7 @@ from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol
 from thunder.core.trace import TraceCtx, from_trace
 from thunder.extend import Executor
 
-from thunder_ext.alias_analysis import storage_groups
+from thunder_ext.alias_analysis import proxy_named, storage_groups
 from thunder_ext.identity_ops import shallow_copy_of_input
 from thunder_ext.meta_calls import saves_input
 from thunder_ext.overlap import find_overlaps, is_plain_copy
@@ -456,7 +456,7 @@ class _Functionalizer:
                 self.written_with_history.add(g)
                 if g in returned_whole:
                     self.returned_with_history.add(g)
-            out[g] = self.proxy_named(ins[0])
+            out[g] = proxy_named(self.bsyms, ins[0])
         return out
 
     def epilogue_form(self, g: str, writes: list[int], last_read: dict[str, int]) -> bool:
@@ -467,15 +467,6 @@ class _Functionalizer:
         writes = self.info.effects[i].writes
         whole = len(writes) == 1 and writes[0].name in self.info.inputs
         return is_copy(self.bsyms[i]) and whole and last_read.get(g, -1) <= i
-
-    def proxy_named(self, name: str) -> TensorProxy:
-        # Searched in the bsyms, not trace.args: a trace built by hand may carry its inputs only
-        # as unpacks (alias_analysis.input_names reads both).
-        for b in self.bsyms:
-            for p in b.flat_proxy_args:
-                if p.name == name and isinstance(p, TensorProxy):
-                    return p
-        raise KeyError(name)
 
     def writable(self, n: tuple) -> bool:
         return not self.read_only.get(n, False)

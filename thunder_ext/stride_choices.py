@@ -63,7 +63,7 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.extend import OperatorExecutor
 
-from thunder_ext.alias_analysis import AliasInfo, view_chain
+from thunder_ext.alias_analysis import AliasInfo, proxy_named, view_chain
 from thunder_ext.functionalize import aliases_read_from
 from thunder_ext.op_kinds import (
     describe,
@@ -207,18 +207,10 @@ def find_stride_choices(bsyms: Sequence[BoundSymbol], info: AliasInfo) -> tuple[
             if s.sym.name not in _CHAIN_OPS or any(isinstance(a, Proxy) for a in tree_flatten(constants)[0]):
                 return [], f"the view `{s.sym.name}` between `{root}` and `{name}`"
             chain.append((s.sym.name, tuple(s.args[1:]), tuple(s.kwargs.items())))
-        choices.append(StrideChoice(i, _proxy_named(bsyms, root), tuple(chain), kind, shape))
+        choices.append(StrideChoice(i, proxy_named(bsyms, root), tuple(chain), kind, shape))
     if len(choices) > MAX_CHOICES:
         return [], f"{len(choices)} such ops (at most {MAX_CHOICES})"
     return choices, ""
-
-
-def _proxy_named(bsyms: Sequence[BoundSymbol], name: str) -> TensorProxy:
-    for b in bsyms:
-        for p in (*b.flat_proxy_args, *b.flat_proxy_outs):
-            if p.name == name and isinstance(p, TensorProxy):
-                return p
-    raise KeyError(name)
 
 
 def _is_unpack(bsym: BoundSymbol) -> bool:
@@ -274,7 +266,7 @@ def choose_at_run_time(
             if len(ins) != 1:
                 report.not_chosen = "a write to storage that is not one input's"
                 return None, report
-            written[ins[0]] = _proxy_named(bsyms, ins[0])
+            written[ins[0]] = proxy_named(bsyms, ins[0])
             if writes_with_grad(bsyms[k]):
                 with_grad.add(ins[0])
                 if any(p.name in differentiable for p in (*tensor_args(bsyms[k]), *tensor_outs(bsyms[k]))):

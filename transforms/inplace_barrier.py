@@ -88,13 +88,14 @@ class InplaceBarrierTransform(thunder.Transform):
         )
         # An op that hands back its input is that input in eager: every later step reads it so.
         computation_trace, identities = fold_identity_ops(computation_trace)
+        differentiable = frozenset(differentiable_names(computation_trace))
         # A write through detach() gives its input no history in eager: it is a no-grad write.
-        computation_trace, detached = writes_through_detach_without_grad(
-            computation_trace, frozenset(differentiable_names(computation_trace))
-        )
+        computation_trace, detached = writes_through_detach_without_grad(computation_trace, differentiable)
+        if detached.without_grad:  # their outputs are new proxies
+            differentiable = frozenset(differentiable_names(computation_trace))
         aliased = aliased_inputs(computation_trace)
         config = stage_config.before_autodiff(
-            cd, differentiable=frozenset(differentiable_names(computation_trace)), aliased_inputs=aliased, comment=self.comment
+            cd, differentiable=differentiable, aliased_inputs=aliased, comment=self.comment
         )
         try:
             try:
