@@ -626,7 +626,7 @@ class _Functionalizer:
         self.report.rewritten.append(bsym)
         zero_gradient = n == _BASE and self.overwrites_gradient(bsym, w, g)
         # The new value: the write's own computation, out of place, on current values.
-        value = None
+        value, borrowed = None, False
         functional = self.functional_call(bsym, w)
         if functional is not None:
             # The op's out-of-place symbol rather than its decomposition: it keeps the op's own
@@ -646,7 +646,7 @@ class _Functionalizer:
             value = w.out if w.out is not None else w.src
             value = swap.get(variableify(value), value)
         elif value is None:
-            value = w.src
+            value, borrowed = w.src, True
             gs = self.info.group_of(w.src)
             if gs in self.groups:
                 value = self.value(gs, self.node[w.src.name], bsym)
@@ -658,6 +658,7 @@ class _Functionalizer:
                 source = value
                 bsyms, value = self.record(lambda: ltorch.clone(source))
                 self.emit(bsyms, bsym)
+                borrowed = False
         if zero_gradient:
             old, new = self.value(g, _BASE, bsym), value
             bsyms, value = self.record(lambda: _with_zero_gradient_to(old, new))
@@ -670,7 +671,10 @@ class _Functionalizer:
         else:
             base = self.value(g, _BASE, bsym)
             new_base = self.scatter(g, base, n, value, bsym)
-            self.cur[g] = {_BASE: new_base, n: value}
+            # A source read as it is stays an alias of its own storage, which may change later (an
+            # input's epilogue copy_ writes it): later reads of the view make it again from the new
+            # base instead (``t1 = t0[:2]; t1.copy_(c[:2]); c.mul_(2); return t1``, soak seed 92001).
+            self.cur[g] = {_BASE: new_base} if borrowed else {_BASE: new_base, n: value}
             self.report.new_values.append((bsym, new_base))
 
     def overwrites_gradient(self, bsym: BoundSymbol, w: _Write, g: str) -> bool:
