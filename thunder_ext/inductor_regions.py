@@ -434,6 +434,14 @@ class InductorRegions(WalkPolicy):
         write) and another input's new value is that partial write (``rm.copy_(rv); rm[1:] =
         0.5``: soak seeds 86000 and 86001, where plain Thunder is right).
 
+        The tenth family: an input read twice by one op (``b * b``, ``b + b``, ``b / (b.abs() +
+        1)``, ``a.addcmul_(b, b)``, ``a.addcdiv_(b, b.abs() + 1)``), written into another input,
+        then written itself, the read's value used after: ``a.add_(b * b); b.add_(a)`` leaves a
+        wrong ``b`` when ``b`` is transposed (plain ``torch.compile`` too, torch 2.11; soak seed
+        92000, where ThunderFX hands the transform ``addcdiv_`` decomposed).  One read (``b * 2``,
+        ``b.sin()``, ``b.abs()``) comes out right.  The write into the read input ends the region,
+        for every layout.
+
         Such a region is possible whether barriers are fused or not (with a backward they are
         not): where data edges already order the accesses no barrier stands between them
         (``rv.copy_(rm); rm += rv`` with grad).  So whenever ``torch_compile_ex`` is among the
@@ -460,6 +468,7 @@ class InductorRegions(WalkPolicy):
             | {g for g in write_groups if (g, "write_into") in self.region_ends and self.read_used_after(g, i)
                and (self.writes_part_of(g, bsym, effect) or self.fuses_with_the_read(bsym) or self.scatters_a_read(g, i))}
             | {g for g in self.rewritten_reads(bsym, effect) if (g, "derived_write") in self.region_ends}
+            | {g for g in write_groups if (g, "fused_read") in self.region_ends and self.read_used_after(g, i)}
             | {g for g in write_groups if self.writes_an_extern_kernels_operands(g, i, bsym)}
             | {g for g in used if (g, "copy") in self.region_ends and str(bsym.sym.name) in WHOLE_COPIES}
             | aliased
@@ -755,6 +764,8 @@ class InductorRegions(WalkPolicy):
         if not (effect.is_view or effect.is_barrier or is_return(bsym)):
             for g in sorted(read_inputs - write_groups):  # sorted: stable barrier operands
                 ends.setdefault((g, "write_into"), _RegionEnd(bsym, outs[0], "writes an input read by", "write_into"))
+                if self.reads_twice(bsym, g):  # the tenth family
+                    ends.setdefault((g, "fused_read"), _RegionEnd(bsym, outs[0], "writes an input read twice by", "fused_read"))
                 derived.add(g)
                 if str(bsym.sym.name) in EXTERN_KERNEL_READS:
                     others = frozenset(self.walk.info.group_of(p) for p in tensor_args(bsym)) - {g}
@@ -769,6 +780,11 @@ class InductorRegions(WalkPolicy):
                 self.derived_from[o.name] = frozen
                 for g in frozen:
                     self.derived_names.setdefault(g, []).append(o.name)
+
+    def reads_twice(self, bsym: BoundSymbol, g: str) -> bool:
+        """Whether two arguments of ``bsym`` are, or were computed in this region from, input ``g``."""
+        group_of = self.walk.info.group_of
+        return sum(group_of(p) == g or g in self.derived_from.get(p.name, ()) for p in tensor_args(bsym)) >= 2
 
     def reads_a_partial_write(self, bsym: BoundSymbol) -> bool:
         """Whether ``bsym`` reads a value a functional partial write made (:data:`SLICE_WRITES`)."""
