@@ -95,6 +95,7 @@ class BarrierRemovalReport:
     # Inputs a fusion region writes (nvFuser: behind autograd's back), given eager's version
     # bump before the return (thunder_ext.nvfuser_forms.bump_written_versions; forward only).
     versions_bumped: int = 0
+    names_changed: int = 0  # proxies renamed apart from a bare call of their name (thunder_ext.name_clashes)
     why_kept: str = ""
     seconds: float = 0.0  # the removal alone
     # The transform's whole final-trace hook: reinplace, this removal, reinplace_inputs, fold_copies,

@@ -42,6 +42,7 @@ from thunder_ext.input_aliases import aliased_inputs, guard_substituted_aliases
 from thunder_ext.integration import install_barrier_stage, reports_for
 from thunder_ext.overlap import refuse_overlapping_sources
 from thunder_ext.logs import log_refusal, log_removal, log_report, log_split
+from thunder_ext.name_clashes import rename_proxies_shadowing_calls
 from thunder_ext.nvfuser_forms import bump_written_versions
 from thunder_ext.old_value_clones import clone_old_value
 from thunder_ext.batched_copies import batch_copies
@@ -164,6 +165,8 @@ class InplaceBarrierTransform(thunder.Transform):
             # nvFuser writes a region's inputs behind autograd's back: the caller's tensors get
             # the version bump eager gives them (thunder_ext.nvfuser_forms).
             new, removal.versions_bumped = bump_written_versions(new, input_names(new))
+        # A copy_ left outside a region is a bare call, which a proxy of its name would shadow.
+        new, removal.names_changed = rename_proxies_shadowing_calls(new)
         removal.hook_seconds = time.perf_counter() - start
         if cd is not None:
             reports = reports_for(cd)
