@@ -4430,3 +4430,94 @@ def test_class_9_storage_is_refused_as_class_9_with_torch_compile_ex():
         lambda g: (_x(False), _x(g), _x(g) * 1),
         configs=cells,
     )
+
+
+def _transposed(grad: bool) -> torch.Tensor:
+    return torch.randn(3, 4).t().requires_grad_(grad)
+
+
+def input_read_twice_written_into_another_then_written(a, b):  # soak 92000
+    t0 = a - b
+    a.addcdiv_(b, b.abs() + 1, value=1.5)  # reads b twice
+    with torch.no_grad():
+        b.add_(a)
+    return (a,)
+
+
+def test_an_input_read_twice_then_written_ends_the_torch_compile_region():
+    """Was silently wrong (soak seed 92000, ``torch_compile_ex`` without grad, a transposed ``b``;
+    plain Thunder too): ``b`` came back wrong.  In one Inductor region ``a``'s new value read
+    ``b`` twice and ``b`` was then written from it; Inductor's loop wrote elements of ``b``
+    before reading them.  The write into ``b`` now starts a new region (``InductorRegions``, the
+    tenth family); under ThunderFX the same holds for ``addcdiv_`` decomposed by Dynamo."""
+    assert_matches_eager(
+        input_read_twice_written_into_another_then_written,
+        lambda g: (_x(False), _transposed(g) * 1 if g else _transposed(False)),
+        configs=ALL_CELLS,
+    )
+
+
+def _read_twice_then_written(a, b):
+    a.add_(b * b)
+    b.add_(a)
+    return a
+
+
+def test_an_input_read_twice_then_written_is_wrong_in_plain_torch_compile():
+    """The upstream bug the tenth region end works around (torch 2.11, CPU): fails when Inductor
+    gets it right, and the region end can go (docs/workarounds.md)."""
+    torch._dynamo.reset()
+    a, b = torch.randn(4, 3), torch.randn(3, 4).t()
+    ea, eb = a.clone(), b.clone()
+    _read_twice_then_written(ea, eb)
+    torch.compile(_read_twice_then_written, fullgraph=True)(a, b)
+    torch.testing.assert_close(a, ea)  # the first write is right
+    assert not torch.allclose(b, eb), "plain torch.compile is right here now: the tenth region end may go"
+
+
+def view_written_from_an_input_view_then_the_input_written(a, b, c):  # soak 92001
+    t0 = b - 1.5
+    t1 = t0[:2]
+    a[0] = 0.5
+    t2 = F.alpha_dropout(c, 0.0, True)
+    t3 = c[:2]
+    t1.copy_(t3)
+    t4 = t3.to(torch.float32)
+    t3.mul_(1.5)
+    return (t1, t0, c)
+
+
+def test_a_view_written_from_an_input_reads_the_value_copied_not_the_input():
+    """Was silently wrong (soak seed 92001, every ``thunder.jit`` cell without grad): ``t1``
+    came back as ``c[:2] * 1.5``.  The functionalizer took the source ``c[:2]`` itself for the
+    new value of ``t1``, and ``c``'s epilogue ``copy_`` wrote that storage before the return.
+    A view written from another storage is now made again from its new base."""
+    assert_matches_eager(
+        view_written_from_an_input_view_then_the_input_written,
+        lambda g: (_transposed(False), _x(False), _x(False)),
+        grad_modes=(False,),
+        configs=ALL_CELLS,
+    )
+
+
+def copy_into_a_contiguous_of_an_input_under_thunderfx(a, b, c):  # soak 92000
+    t0 = b.to(torch.float32)
+    t1 = c.contiguous()
+    t1[1:] = -0.5
+    b.cos_()
+    t2 = t1 - a
+    t1.copy_(b)  # ThunderFX names its output `copy_`
+    return (t0,)
+
+
+def test_a_proxy_named_copy_does_not_shadow_the_epilogue_copy():
+    """Was a crash under ThunderFX with ``torch_compile_ex`` (plain Thunder right): the FX node
+    ``copy_`` named a region's output, and ``b``'s epilogue, a bare ``copy_(...)`` call in the
+    same function, raised ``UnboundLocalError``.  Such proxies are renamed
+    (``thunder_ext.name_clashes``)."""
+    assert_matches_eager(
+        copy_into_a_contiguous_of_an_input_under_thunderfx,
+        lambda g: (_x(False), _transposed(False), _transposed(False)),
+        grad_modes=(False,),
+        configs=ALL_CELLS,
+    )
