@@ -4432,10 +4432,6 @@ def test_class_9_storage_is_refused_as_class_9_with_torch_compile_ex():
     )
 
 
-def _transposed(grad: bool) -> torch.Tensor:
-    return torch.randn(3, 4).t().requires_grad_(grad)
-
-
 def input_read_twice_written_into_another_then_written(a, b):  # soak 92000
     t0 = a - b
     a.addcdiv_(b, b.abs() + 1, value=1.5)  # reads b twice

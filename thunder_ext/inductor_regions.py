@@ -439,8 +439,9 @@ class InductorRegions(WalkPolicy):
         then written itself, the read's value used after: ``a.add_(b * b); b.add_(a)`` leaves a
         wrong ``b`` when ``b`` is transposed (plain ``torch.compile`` too, torch 2.11; soak seed
         92000, where ThunderFX hands the transform ``addcdiv_`` decomposed).  One read (``b * 2``,
-        ``b.sin()``, ``b.abs()``) comes out right.  The write into the read input ends the region,
-        for every layout.
+        ``b.sin()``, ``b.abs()``) comes out right, and so does a region that writes no other input
+        first (``t0 = b + b; b.sub_(t0)``, or ``a.add_(b * b)`` after it).  Where another input was
+        written in the region, the write into the read input ends it, for every layout.
 
         Such a region is possible whether barriers are fused or not (with a backward they are
         not): where data edges already order the accesses no barrier stands between them
@@ -468,7 +469,8 @@ class InductorRegions(WalkPolicy):
             | {g for g in write_groups if (g, "write_into") in self.region_ends and self.read_used_after(g, i)
                and (self.writes_part_of(g, bsym, effect) or self.fuses_with_the_read(bsym) or self.scatters_a_read(g, i))}
             | {g for g in self.rewritten_reads(bsym, effect) if (g, "derived_write") in self.region_ends}
-            | {g for g in write_groups if (g, "fused_read") in self.region_ends and self.read_used_after(g, i)}
+            | {g for g in write_groups if (g, "fused_read") in self.region_ends and self.read_used_after(g, i)
+               and any(h != g for h in self.region_inputs_written)}
             | {g for g in write_groups if self.writes_an_extern_kernels_operands(g, i, bsym)}
             | {g for g in used if (g, "copy") in self.region_ends and str(bsym.sym.name) in WHOLE_COPIES}
             | aliased
