@@ -711,11 +711,6 @@ def refuse_writes_through_views_older_than_their_gradient(diff: set[str], stripp
                 view_of[o.name] = view
 
 
-# Views that eager records without reading their input's grad_fn: a later write through the
-# old view still raises after them (measured: ``w = v.detach(); v.zero_()`` raises).
-_VIEWS_WITHOUT_HISTORY = frozenset({"detach"})
-
-
 def _rebuilds_view_history(bsym: BoundSymbol, effect) -> bool:
     """``bsym``, recorded with grad, makes eager rebuild the ``grad_fn`` of each view it reads.
 
@@ -728,7 +723,9 @@ def _rebuilds_view_history(bsym: BoundSymbol, effect) -> bool:
     if _without_grad(bsym, effect) or is_return(bsym) or is_like_factory(bsym):
         return False  # a factory like v (zeros_like) reads its metadata only, and records nothing
     if effect.is_view and not effect.writes:
-        return view_kind(bsym) == "view" and bsym.sym.name not in _VIEWS_WITHOUT_HISTORY and not is_identity(bsym, effect)
+        # detach() records without reading its input's grad_fn: a later write through the old
+        # view still raises after it (measured: ``w = v.detach(); v.zero_()`` raises).
+        return view_kind(bsym) == "view" and not is_detach(bsym) and not is_identity(bsym, effect)
     if effect.aliases and not effect.writes:
         return _maybe_view_records(bsym)
     return any(dtypes.is_inexact_dtype(o.dtype) for o in tensor_outs(bsym))
@@ -1097,9 +1094,8 @@ def refuse_multi_output_views_across_writes(
         return bsym.sym.name in MULTI_OUTPUT_VIEWS and not is_detached(bsym)
 
     placed = stripped or stripped_storage(trace)
-    # A detached value has no history, though its name counts as differentiable (a no-grad write
-    # through a detached view of a grad tensor keeps the tensor's history: the barrier pass).
-    detached = {o.name for b in placed[0] if b.sym.name == "detach" for o in tensor_outs(b)}
+    # A detached value has no history.
+    detached = {o.name for b in placed[0] if is_detach(b) for o in tensor_outs(b)}
     position = {id(b): i for i, b in enumerate(placed[0])}
     gradient_writes = _writes_giving_gradient(placed, diff)
     for u in _view_uses_across_writes(placed, multi_output):
