@@ -4517,3 +4517,27 @@ def test_a_proxy_named_copy_does_not_shadow_the_epilogue_copy():
         grad_modes=(False,),
         configs=ALL_CELLS,
     )
+
+
+def overwrite_of_a_maybe_copy_read_only_by_the_return_bookkeeping(a, b, c):  # soak 92000
+    t0 = a * 1
+    t1 = c.contiguous()  # a copy of the transposed c; c itself were it contiguous
+    t1[1:] = -0.5
+    b.cos_()
+    t2 = t1 - a
+    t1.copy_(b)
+    return (t0,)
+
+
+def test_the_returns_flat_args_is_no_read_of_an_overwritten_tensor():
+    """Was ``OverwriteGradientError`` where plain Thunder is right (soak seed 92000, grad,
+    ``torch_compile_ex``): the overwritten ``t1`` may be ``c``, and the return lists ``c`` in its
+    ``flat_args``, which names the inputs and carries no gradient.  With grad, the write to what
+    may be ``c`` is class 9 (plain Thunder crashes with the default executors)."""
+    cells = judge_function(
+        overwrite_of_a_maybe_copy_read_only_by_the_return_bookkeeping,
+        lambda g: (_x(False), _x(False), _transposed(g) * 1),
+        configs=ALL_CELLS,
+    ).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    assert not any("OverwriteGradientError" in c.detail for c in cells), "\n".join(map(str, cells))

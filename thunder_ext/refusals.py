@@ -833,7 +833,10 @@ def _overwrite_is_read(later: Sequence[BoundSymbol], info: AliasInfo, dests: set
             continue
         live.update(p.name for p in b.flat_proxy_args)
         live_groups.update(info.group_of(p) for p in tensor_args(b))
-        touching = [p for p in tensor_args(b) if info.group_of(p) in groups]
+        # A return's ``flat_args`` names the inputs for Thunder's bookkeeping; no gradient flows
+        # through that entry, so only what it hands back as data can lose one.
+        reads = [p for p in tensor_args(b) if p.name in returned_data(b)] if is_return(b) else tensor_args(b)
+        touching = [p for p in reads if info.group_of(p) in groups]
         if not touching or (whole_input and is_return(b)) or _without_grad(b, effect):
             continue
         # A later in-place op on the input itself (``a[0] = 2.0``, ``a.mul_(2)``): what it makes
