@@ -54,8 +54,26 @@ def contiguous_read_after_its_source_is_written(a, b):
     return t * a, b
 
 
+def reshape_of_a_pointwise_result_then_written(a, b):
+    t = b * 2  # private, laid out as b in eager: the flag makes it again on meta tensors
+    w = t.reshape(-1)
+    t.add_(a)
+    return w * a.view(-1), t
+
+
+def reshape_of_a_sum_of_two_layouts_then_written(a, b):
+    t = (b + a).sin()  # eager lays b + a out by the strides of both
+    w = t.transpose(0, 1).reshape(-1)  # a view where t is laid out as a transpose
+    t.mul_(a)
+    return w * 2, t.sum(0)
+
+
+# These write the input ``b`` with a value that carries ``a``'s gradient.
+WRITE_THE_INPUT = [reshape_read_with_its_source, reshape_of_a_view_of_the_input, contiguous_read_after_its_source_is_written]
+# These write private storage only.
+WRITE_PRIVATE = [reshape_of_a_pointwise_result_then_written, reshape_of_a_sum_of_two_layouts_then_written]
 # Every answer's outputs and new input values depend on ``a``: both layouts are eager's.
-EXACT = [reshape_read_with_its_source, reshape_of_a_view_of_the_input, contiguous_read_after_its_source_is_written]
+EXACT = [*WRITE_THE_INPUT, *WRITE_PRIVATE]
 
 
 def reshape_written_after_its_source(a, c):  # soak seed 84002
@@ -126,8 +144,18 @@ def test_the_soak_s_programs_are_answered_where_plain_thunder_matched(fn, config
 
 
 @pytest.mark.parametrize("config", THUNDERFX, ids=config_id)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("fn", WRITE_PRIVATE, ids=lambda f: f.__name__)
+def test_under_thunderfx_private_storage_is_chosen_at_run_time_too(fn, layout, config):
+    """Where the write goes to private storage, no input is written, and ThunderFX answers each
+    layout as ``thunder.jit`` does."""
+    _assert_eager(fn, LAYOUTS[layout], config, False)
+    _assert_eager(fn, LAYOUTS[layout], config, True)
+
+
+@pytest.mark.parametrize("config", THUNDERFX, ids=config_id)
 @pytest.mark.parametrize(
-    "fn", [*EXACT, reshape_written_after_its_source, contiguous_written_after_its_source], ids=lambda f: f.__name__
+    "fn", [*WRITE_THE_INPUT, reshape_written_after_its_source, contiguous_written_after_its_source], ids=lambda f: f.__name__
 )
 def test_under_thunderfx_a_gradient_written_into_a_plain_input_is_the_reason_given(fn, config):
     """Under ThunderFX a plain input written with a value that carries a gradient is refused in any
@@ -159,28 +187,70 @@ def _eager_is_view(t: torch.Tensor, kind: str, shape: tuple) -> bool:
     return out is t if kind == "contiguous" else out.data_ptr() == t.data_ptr() and out._base is not None
 
 
+def _recipe(*steps) -> tuple:
+    """A recipe on the roots 0, 1, ...: each step ``(torch function's dotted name, arguments)``
+    takes the values whose numbers ``refs`` gives (``None`` marks their places among the arguments)."""
+    out, n = [], 0
+    for step in steps:
+        if isinstance(step, int):
+            out.append((None, (step,), (), ()))
+            continue
+        sym_id, args, refs = step
+        out.append((sym_id, args, (), refs))
+    return tuple(out)
+
+
+def _replay(roots, recipe) -> torch.Tensor:
+    """The recipe run on the real tensors, as eager runs it."""
+    values = []
+    for sym_id, args, kwargs, refs in recipe:
+        if sym_id is None:
+            values.append(roots[args[0]])
+            continue
+        fn = torch
+        for part in sym_id.split(".")[1:]:
+            fn = getattr(fn, part)
+        args = list(args)
+        for i, k in refs:
+            args[i] = values[k]
+        values.append(fn(*args, **dict(kwargs)))
+    return values[-1]
+
+
+_GETITEM = "torch.Tensor.__getitem__"
+
+
 @pytest.mark.parametrize(
-    "base, chain",
+    "roots, recipe",
     [
-        (torch.randn(4, 6), ()),
-        (torch.randn(6, 4).t(), ()),
-        (torch.randn(4, 6), (("getitem", ((slice(None), slice(None, None, 2)),), ()),)),
-        (torch.randn(4, 6), (("getitem", ((slice(1, 3),),), ()),)),
-        (torch.randn(4, 6), (("transpose", (0, 1), ()), ("getitem", ((slice(None, 3),),), ()))),
-        (torch.randn(2, 3, 4), (("permute", (2, 0, 1), ()),)),
-        (torch.randn(4, 6), (("diagonal", (), (("offset", 0), ("dim1", 0), ("dim2", 1))),)),
+        ((torch.randn(4, 6),), _recipe(0)),
+        ((torch.randn(6, 4).t(),), _recipe(0)),
+        ((torch.randn(4, 6),), _recipe(0, (_GETITEM, (None, (slice(None), slice(None, None, 2))), ((0, 0),)))),
+        ((torch.randn(4, 6),), _recipe(0, (_GETITEM, (None, (slice(1, 3),)), ((0, 0),)))),
+        ((torch.randn(4, 6),), _recipe(0, ("torch.transpose", (None, 0, 1), ((0, 0),)), (_GETITEM, (None, (slice(None, 3),)), ((0, 1),)))),
+        ((torch.randn(2, 3, 4),), _recipe(0, ("torch.permute", (None, (2, 0, 1)), ((0, 0),)))),
+        ((torch.randn(4, 6),), _recipe(0, ("torch.diagonal", (None, 0, 0, 1), ((0, 0),)))),
+        ((torch.randn(6, 4).t(),), _recipe(0, ("torch.sub", (None, None), ((0, 0), (1, 0))))),
+        ((torch.randn(4, 6), torch.randn(6, 4).t()), _recipe(0, 1, ("torch.add", (None, None), ((0, 0), (1, 1))))),
+        ((torch.randn(6, 4).t(), torch.randn(4, 6)), _recipe(0, 1, ("torch.add", (None, None), ((0, 0), (1, 1))))),
+        ((torch.randn(6, 4).t(), torch.randn(6)), _recipe(0, 1, ("torch.mul", (None, None), ((0, 0), (1, 1))))),
+        ((torch.randn(6, 4).t(),), _recipe(0, ("torch.zeros_like", (None,), ((0, 0),)))),
+        ((torch.randn(6, 4).t(),), _recipe(0, ("torch.nn.functional.silu", (None, False), ((0, 0),)), ("torch.t", (None,), ((0, 1),)))),
     ],
-    ids=["contiguous", "transposed", "strided-columns", "rows", "transposed-rows", "permuted", "diagonal"],
-)
+    ids=[
+        "contiguous", "transposed", "strided-columns", "rows", "transposed-rows", "permuted", "diagonal",
+        "pointwise-of-a-transpose", "sum-contiguous-first", "sum-transposed-first", "broadcast", "like-factory",
+        "silu-then-t",
+    ],
+)  # fmt: skip
 @pytest.mark.parametrize("kind", ["reshape", "contiguous"])
-def test_the_run_time_flag_is_eager_s_own_choice(base, chain, kind):
-    """The flag makes the chain again from the input and asks what eager's op would do: checked
-    against the op itself, on layouts where it is a view and where it copies."""
-    t = base
-    for name, args, kwargs in chain:
-        t = getattr(torch.Tensor, "__getitem__" if name == "getitem" else name)(t, *args, **dict(kwargs))
+def test_the_run_time_flag_is_eager_s_own_choice(roots, recipe, kind):
+    """The flag makes the recipe again on meta tensors laid out as the inputs, and asks what
+    eager's op would do: checked against the op itself on the real tensors, on layouts where it
+    is a view and where it copies."""
+    t = _replay(roots, recipe)
     shape = (t.numel(),)
-    flag = _is_view_at_run_time(base, chain, kind, shape, (2,))
+    flag = _is_view_at_run_time(roots, recipe, kind, shape, (2,))
     assert flag.shape == (2,) and flag.dtype == torch.bool
     assert bool(flag[0]) == _eager_is_view(t, kind, shape)
 

@@ -7,8 +7,11 @@ w``), eager's values and gradients depend on those strides, which no trace recor
 gradients the write can stay in place, behind barriers, and the run-time op decides as eager's
 does; with gradients autodiff needs values, and the transform refused (class 5).
 
-:func:`choose_at_run_time` answers it where the op's input is a trace input or a chain of views
-of one, whose strides decide at run time.  It writes the program once per answer (a *world*):
+:func:`choose_at_run_time` answers it where eager lays the op's input out by the strides of
+trace inputs alone: an input, views of it, pointwise ops and factories shaped like their argument
+on such tensors (eager's TensorIterator lays a pointwise output out by its inputs' strides).  The
+flag makes those steps again on meta tensors laid out as the caller's, so the strides decide at
+run time, with no data read.  It writes the program once per answer (a *world*):
 in the view world the op is taken as a view, which the functionalizer replays like any other
 (:meth:`thunder_ext.functionalize._Functionalizer.plan`, ``assumed_views``), and in the copy
 world its output is cloned.  Each world works on clones of the inputs the program writes.  A
@@ -27,8 +30,8 @@ Before (``c`` a plain input, ``a`` requires grad)::
 
 After (abbreviated; each flag is made in the shape of what it selects)::
 
-    f0 = is_view_at_run_time(c, (), 'reshape', (12,), (12,), None, '')
-    f1 = is_view_at_run_time(c, (), 'reshape', (12,), (4, 3), None, '')
+    f0 = is_view_at_run_time((c,), ((None, (0,), (), ()),), 'reshape', (12,), (12,), None, '')
+    f1 = is_view_at_run_time((c,), ((None, (0,), (), ()),), 'reshape', (12,), (4, 3), None, '')
     t4 = ltorch.clone(c)                        # the view answer, on a clone of c
     t5 = ltorch.reshape(t4, -1)                 # a view, by assumption
     ...                                          # the body on t4 and t5
@@ -63,7 +66,7 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.extend import OperatorExecutor
 
-from thunder_ext.alias_analysis import AliasInfo, proxy_named, view_chain
+from thunder_ext.alias_analysis import AliasInfo, proxy_named
 from thunder_ext.functionalize import aliases_read_from
 from thunder_ext.op_kinds import (
     describe,
@@ -82,28 +85,70 @@ from thunder_ext.recording import at_source_of, record
 # More choices would write the program 2**k times.
 MAX_CHOICES = 2
 
-# The view ops a chain from the input may hold: Thunder's name -> the Tensor method eager calls.
-_TENSOR_METHODS = {"getitem": "__getitem__"}
+# The view ops a recipe may hold, by Thunder's name.
 _CHAIN_OPS = frozenset(
     {
         "getitem", "transpose", "permute", "t", "view", "unsqueeze", "squeeze", "narrow", "select",
         "diagonal", "expand", "movedim", "unflatten", "swapaxes",
     }
 )  # fmt: skip
+# A recipe's length past which the program is left as it was (each step runs on every call).
+MAX_RECIPE = 32
+
+
+def _torch_callable(sym_id: str):
+    """The torch function a Thunder symbol's id names (``torch.sub``, ``torch.Tensor.__getitem__``,
+    ``torch.nn.functional.silu``), or None."""
+    if not isinstance(sym_id, str) or not sym_id.startswith("torch."):
+        return None
+    fn = torch
+    for part in sym_id.split(".")[1:]:
+        fn = getattr(fn, part, None)
+    return fn if callable(fn) else None
+
+
+def _is_pointwise(name: str) -> bool:
+    """Whether ATen's op of that name is pointwise (its first overload is tagged so): eager lays
+    its output out by its inputs' strides (TensorIterator), as the op does on meta tensors."""
+    packet = getattr(torch.ops.aten, name, None)
+    overloads = packet.overloads() if packet is not None else []
+    return bool(overloads) and torch.Tag.pointwise in getattr(packet, overloads[0]).tags
+
+
+def _meta_like(p: TensorProxy) -> torch.Tensor:
+    return torch.empty(tuple(p.shape), dtype=dtypes.to_torch_dtype(p.dtype), device="meta")
+
+
+def _run_recipe(roots: Sequence[torch.Tensor], recipe: tuple) -> torch.Tensor:
+    """The last value of ``recipe`` on meta tensors laid out as ``roots``: strides only, no data.
+
+    Each step makes a value, numbered in order: ``(None, (k,), (), ())`` is the root ``k``;
+    ``(torch function's dotted name, arguments, keyword arguments, refs)`` calls it, with the value
+    numbered ``j`` at argument position ``i`` for each ``(i, j)`` of ``refs``."""
+    metas = [torch.empty_strided(r.shape, r.stride(), dtype=r.dtype, device="meta") for r in roots]
+    values: list[torch.Tensor] = []
+    for sym_id, args, kwargs, refs in recipe:
+        if sym_id is None:
+            values.append(metas[args[0]])
+            continue
+        args = list(args)
+        for i, k in refs:
+            args[i] = values[k]
+        values.append(_torch_callable(sym_id)(*args, **dict(kwargs)))
+    return values[-1]
 
 
 def _is_view_at_run_time(
-    base: torch.Tensor, chain: tuple, kind: str, shape: tuple, like: tuple, refuse: bool | None = None, why: str = ""
+    roots: tuple, recipe: tuple, kind: str, shape: tuple, like: tuple, refuse: bool | None = None, why: str = ""
 ) -> torch.Tensor:
-    """Eager's choice, from ``base``'s strides: ``chain`` made again from it, then whether
-    ``reshape`` to ``shape`` would be a view (``view`` accepts the same strides) or ``contiguous``
-    would return it itself.  Metadata only; a bool tensor of shape ``like`` on ``base``'s device,
-    the predicate of a ``where`` of that shape (not a 0-d one: Inductor's C++ code generation
-    fails on a 0-d bool predicate broadcast into an int64 loop, torch 2.11).  Raises where the
-    answer is ``refuse``: the compiled program cannot give eager's gradients for it (``why``)."""
-    t = base
-    for name, args, kwargs in chain:
-        t = getattr(torch.Tensor, _TENSOR_METHODS.get(name, name))(t, *args, **dict(kwargs))
+    """Eager's choice, from the strides of ``roots`` (trace inputs): ``recipe`` made again from
+    them on meta tensors, then whether ``reshape`` to ``shape`` would be a view (``view`` accepts
+    the same strides) or ``contiguous`` would return it itself.  Metadata only; a bool tensor of
+    shape ``like`` on the first root's device, the predicate of a ``where`` of that shape (not a
+    0-d one: Inductor's C++ code generation fails on a 0-d bool predicate broadcast into an int64
+    loop, torch 2.11).  Raises where the answer is ``refuse``: the compiled program cannot give
+    eager's gradients for it (``why``)."""
+    t = _run_recipe(roots, recipe)
     if kind == "contiguous":
         answer = t.is_contiguous()
     else:
@@ -121,13 +166,13 @@ def _is_view_at_run_time(
             "would not, or gives a zero gradient where eager gives None). "
             + ("Clone where a copy is meant" if answer else "Make the input contiguous where a view is meant, or clone where a copy is")
         )
-    return torch.full(like, answer, dtype=torch.bool, device=base.device)
+    return torch.full(like, answer, dtype=torch.bool, device=roots[0].device)
 
 
 def _is_view_meta(
-    base: TensorProxy, chain: tuple, kind: str, shape: tuple, like: tuple, refuse: bool | None = None, why: str = ""
+    roots: tuple, recipe: tuple, kind: str, shape: tuple, like: tuple, refuse: bool | None = None, why: str = ""
 ) -> TensorProxy:
-    out = TensorProxy(shape=like, device=base.device, dtype=dtypes.bool8, requires_grad=False)
+    out = TensorProxy(shape=like, device=roots[0].device, dtype=dtypes.bool8, requires_grad=False)
     # A flag from metadata: no gradient flows through it (autodiff takes it as a constant).
     out.tags.add(ProxyTag.DETACHED_AUTOGRAD_GRAPH)
     return out
@@ -142,8 +187,8 @@ class StrideChoice:
     """One op whose answer the run-time strides choose."""
 
     index: int  # in the bsyms
-    root: TensorProxy  # the trace input whose strides decide
-    chain: tuple  # the views from ``root`` to the op's input: (Tensor method, arguments, keyword arguments)
+    roots: tuple[TensorProxy, ...]  # the trace inputs whose strides decide
+    recipe: tuple  # the views and pointwise ops from ``roots`` to the op's input (:func:`_run_recipe`)
     kind: str  # 'reshape' or 'contiguous'
     shape: tuple[int, ...]  # the output's shape
 
@@ -195,22 +240,92 @@ def find_stride_choices(bsyms: Sequence[BoundSymbol], info: AliasInfo) -> tuple[
         shape = tuple(tensor_outs(b)[0].shape)
         if not all(isinstance(s, int) for s in shape):
             return [], "a symbolic shape"
-        if x.name in whole:  # an input, or an in-place op's output on it: the tensor itself
-            root, steps = whole[x.name], []
-        else:
-            root, steps = view_chain(x.name, bsyms, info.effects, made_at, info.inputs)
-        if root is None:
-            return [], f"`{x.name}`, the input of `{name}`, is not a trace input or a chain of views of one"
-        chain = []
-        for s in steps:
-            constants = (s.args[1:], tuple(s.kwargs.values()))
-            if s.sym.name not in _CHAIN_OPS or any(isinstance(a, Proxy) for a in tree_flatten(constants)[0]):
-                return [], f"the view `{s.sym.name}` between `{root}` and `{name}`"
-            chain.append((s.sym.name, tuple(s.args[1:]), tuple(s.kwargs.items())))
-        choices.append(StrideChoice(i, proxy_named(bsyms, root), tuple(chain), kind, shape))
+        try:
+            roots, recipe = _layout_recipe(x.name, bsyms, info, made_at, whole)
+        except _NoRecipe as e:
+            return [], f"`{x.name}`, the input of `{name}`, is not laid out by the strides of trace inputs alone: {e}"
+        # Tried once now, on contiguous inputs: a step whose torch function takes Thunder's
+        # arguments otherwise would fail on every call.
+        try:
+            tried = _run_recipe([_meta_like(proxy_named(bsyms, r)) for r in roots], recipe)
+        except Exception as e:
+            return [], f"the steps that make `{x.name}` do not run on meta tensors ({type(e).__name__}: {e})"
+        if tuple(tried.shape) != tuple(x.shape):
+            return [], f"the steps that make `{x.name}` give the shape {tuple(tried.shape)} on meta tensors"
+        choices.append(StrideChoice(i, tuple(proxy_named(bsyms, r) for r in roots), recipe, kind, shape))
     if len(choices) > MAX_CHOICES:
         return [], f"{len(choices)} such ops (at most {MAX_CHOICES})"
     return choices, ""
+
+
+class _NoRecipe(Exception):
+    pass
+
+
+def _layout_recipe(
+    name: str, bsyms: Sequence[BoundSymbol], info: AliasInfo, made_at: dict[str, int], whole: dict[str, str]
+) -> tuple[list[str], tuple]:
+    """The trace inputs whose strides lay ``name`` out in eager, and the steps that make it from
+    them (for :func:`_run_recipe`): views of :data:`_CHAIN_OPS`, pointwise ops (whose output eager
+    lays out by their inputs' strides) and factories shaped like their argument, through in-place
+    ops (whose output is the tensor they wrote).  Raises :class:`_NoRecipe` with the reason where
+    another op stands between (a matmul, a reduction, a reshape that may copy)."""
+    roots: list[str] = []
+    steps: list[tuple] = []
+    number: dict[str, int] = {}  # a name already made -> its value's number
+
+    def value(n: str) -> int:
+        while n not in whole and n in made_at:  # an in-place op's output is the tensor it wrote
+            k = made_at[n]
+            written = [a for o, a in info.effects[k].aliases if o.name == n and any(a is w for w in info.effects[k].writes)]
+            if not written:
+                break
+            n = written[0].name
+        if n in whole:
+            n = whole[n]
+            if n not in number:
+                roots.append(n)
+                steps.append((None, (len(roots) - 1,), (), ()))
+                number[n] = len(steps) - 1
+            return number[n]
+        if n in number:
+            return number[n]
+        k = made_at.get(n)
+        if k is None:
+            raise _NoRecipe(f"`{n}` is made outside the trace's body")
+        b = bsyms[k]
+        outs = tensor_outs(b)
+        fn = _torch_callable(b.sym.id)
+        layout_op = b.sym.name in _CHAIN_OPS or _is_pointwise(b.sym.name) or is_like_factory(b)
+        if not layout_op or fn is None or len(outs) != 1 or info.effects[k].writes:
+            raise _NoRecipe(f"`{outs[0].name if outs else n} = {b.sym.name}`")
+        if is_like_factory(b) and b.kwargs.get("memory_format") not in (None, torch.preserve_format):
+            raise _NoRecipe(f"`{outs[0].name} = {b.sym.name}` with a memory format")
+        if any(isinstance(v, Proxy) for v in tree_flatten(b.kwargs)[0]):
+            raise _NoRecipe(f"`{outs[0].name} = {b.sym.name}`, a proxy among its keyword arguments")
+        refs, args = [], []
+        for i, a in enumerate(b.args):
+            if isinstance(a, TensorProxy):
+                refs.append((i, a.name))
+                args.append(None)
+            elif any(isinstance(v, Proxy) for v in tree_flatten(a)[0]):
+                raise _NoRecipe(f"`{outs[0].name} = {b.sym.name}`, a proxy inside its arguments")
+            else:
+                args.append(a)
+        kwargs = tuple((k2, v) for k2, v in b.kwargs.items() if not (is_like_factory(b) and k2 in ("dtype", "device")))
+        if any(isinstance(v, dtypes.dtype) for v in tree_flatten((args, kwargs))[0]):
+            raise _NoRecipe(f"`{outs[0].name} = {b.sym.name}`, a Thunder dtype among its arguments")
+        resolved = tuple((i, value(r)) for i, r in refs)
+        if len(steps) >= MAX_RECIPE:
+            raise _NoRecipe(f"more than {MAX_RECIPE} steps")
+        steps.append((b.sym.id, tuple(args), kwargs, resolved))
+        number[n] = len(steps) - 1
+        return number[n]
+
+    value(name)
+    if not roots:
+        raise _NoRecipe("no trace input")  # a factory's: its layout is the op's own
+    return roots, tuple(steps)
 
 
 def _is_unpack(bsym: BoundSymbol) -> bool:
@@ -263,8 +378,10 @@ def choose_at_run_time(
     for k, e in enumerate(info.effects):
         for w in e.writes:
             ins = [n for n in members.get(info.group_of(w), ()) if n in info.inputs]
+            if not ins:
+                continue  # private storage: each world makes its own
             if len(ins) != 1:
-                report.not_chosen = "a write to storage that is not one input's"
+                report.not_chosen = "a write to storage that is more than one input's"
                 return None, report
             written[ins[0]] = proxy_named(bsyms, ins[0])
             if writes_with_grad(bsyms[k]):
@@ -284,7 +401,7 @@ def choose_at_run_time(
         def flag(k: int, shape: tuple) -> TensorProxy:
             if (k, shape) not in flag_of:
                 c = choices[k]
-                made, flag_of[k, shape] = record(new, lambda: is_view_at_run_time(c.root, c.chain, c.kind, c.shape, shape))
+                made, flag_of[k, shape] = record(new, lambda: is_view_at_run_time(c.roots, c.recipe, c.kind, c.shape, shape))
                 flag_bsyms.extend(at_source_of(made, bsyms[c.index]))
             return flag_of[k, shape]
 
