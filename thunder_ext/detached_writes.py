@@ -29,6 +29,24 @@ After::
 
 where ``t22`` is tagged ``DETACHED_AUTOGRAD_GRAPH``.
 
+A write through ``detach()`` of a value that carries a gradient (``d = a.detach(); d.add_(w)``,
+``w`` requiring grad) gives ``d`` the history of ``w`` in eager, and ``a``'s storage the values
+but no history.  :func:`_split_gradient_write` writes it so: the same op on a clone of ``a``
+(private storage, whose write the barrier pass makes a value with that history), then a no-grad
+copy of the result into ``a``; later reads of ``d`` read the result.  Before::
+
+    d = ltorch.detach(a)
+    t2 = ltorch.add_(d, w, alpha=1)
+    t3 = ltorch.mul(d, 2)
+
+After (``t20`` tagged as a no-grad block's output, and so is ``t23``)::
+
+    d = ltorch.detach(a)
+    t20 = ltorch.clone(a)
+    t22 = ltorch.add_(t20, w, alpha=1)
+    t23 = prims.copy_(t22, a, grad_enabled=False)
+    t3 = ltorch.mul(t22, 2)
+
 Invariants:
 
 * only a write every destination of which is reached from its storage through a ``detach``
@@ -36,7 +54,8 @@ Invariants:
   history;
 * only where no tensor the write reads carries a gradient (``d.add_(w)`` with ``w`` requiring
   grad gives ``d`` ``w``'s history in eager, which a no-grad write would drop): such a write is
-  left as it is;
+  split as above where that is eager's answer (see :func:`_split_gradient_write`), and left as
+  it is otherwise;
 * the input trace is not mutated: the outputs of a write made without grad are new proxies,
   tagged as Thunder tags what a no-grad block computes (autodiff takes the write for a
   constant), and later bsyms read them.
@@ -45,19 +64,23 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import thunder.torch as ltorch
+from thunder.core import prims
 from thunder.core.proxies import ProxyTag, TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 
 from thunder_ext.op_kinds import effect_of, is_barrier, is_copy, is_detach, tensor_args, tensor_outs, writes_with_grad
+from thunder_ext.recording import at_source_of, record, record_again
 
 
 @dataclass
 class DetachedWritesReport:
     without_grad: list[BoundSymbol]  # the writes marked so (the new bsyms)
     left_with_grad: list[BoundSymbol]  # through detach, but reading a value that carries a gradient
+    split: list[BoundSymbol] = field(default_factory=list)  # such writes made a value and a no-grad write
 
 
 def writes_through_detach_without_grad(
@@ -72,8 +95,9 @@ def writes_through_detach_without_grad(
     detached: set[str] = set()  # names reached from a detach through aliases
     swap: dict = {}  # an output of a write made without grad -> its proxy tagged so
     whole: dict[str, TensorProxy] = {}  # detach(x), and what a write into it returns -> x
+    split_into: dict[str, TensorProxy] = {}  # a split write's value, and its later versions -> x
     bsyms: list[BoundSymbol] = []
-    for b in trace.bound_symbols:
+    for at, b in enumerate(trace.bound_symbols):
         if swap:
             b = b.from_bsym_swap_proxies(swap)
         effect = effect_of(b)
@@ -82,10 +106,33 @@ def writes_through_detach_without_grad(
             x = tensor_args(b)[0]
             whole.update((o.name, whole.get(x.name, x)) for o in tensor_outs(b))
         elif is_barrier(b):  # Thunder's own: output k is input k's new version
-            whole.update((o.name, whole[i.name]) for i, o in zip(tensor_args(b), tensor_outs(b)) if i.name in whole)
+            for i, o in zip(tensor_args(b), tensor_outs(b)):
+                for versions in (whole, split_into):
+                    if i.name in versions:
+                        versions[o.name] = versions[i.name]
+        if len(effect.writes) == 1 and effect.writes[0].name in split_into:
+            # A later write into a split write's value: the same write on it (it has the history
+            # eager's detached tensor has), and again a copy of the result into x without grad.
+            x = split_into[effect.writes[0].name]
+            with tracectx(new):
+                copied = _copy_without_grad(new, tensor_outs(b)[0], x)
+            bsyms.extend([b, *at_source_of(copied, b)])
+            split_into.update((o.name, x) for o in tensor_outs(b))
+            report.split.append(b)
+            continue
         if effect.writes and writes_with_grad(b) and all(w.name in detached for w in effect.writes):
             if any(p.name in differentiable for p in b.flat_proxy_args if isinstance(p, TensorProxy)):
-                report.left_with_grad.append(b)
+                split = _split_gradient_write(new, trace.bound_symbols, at, b, whole)
+                if split is None:
+                    report.left_with_grad.append(b)
+                    bsyms.append(b)
+                    continue
+                made, renamed, (value, x) = split
+                bsyms.extend(made)
+                swap.update(renamed)
+                split_into[value.name] = x
+                report.split.append(b)
+                continue
             else:
                 into = {whole[w.name].name: whole[w.name] for w in effect.writes if w.name in whole}
                 x = None
@@ -111,11 +158,79 @@ def writes_through_detach_without_grad(
                 b = _without_grad(b.from_bsym_swap_proxies(tagged))
                 report.without_grad.append(b)
         bsyms.append(b)
-    if not report.without_grad:
+    if not report.without_grad and not report.split:
         return trace, report
     new.bound_symbols = bsyms
     new.set_provenance(TraceProvenance("Writes through detach made without grad (thunder_ext)"))
     return new, report
+
+
+def _split_gradient_write(
+    new: TraceCtx, bsyms: Sequence[BoundSymbol], at: int, b: BoundSymbol, whole: dict[str, TensorProxy]
+) -> tuple[list[BoundSymbol], dict, tuple[TensorProxy, TensorProxy]] | None:
+    """``d.add_(w)`` with ``d = x.detach()`` and ``w`` carrying a gradient: eager gives ``d`` the
+    history of ``w`` and writes ``x``'s storage, giving ``x`` none.  Written as the same op on a
+    clone of ``d`` (private storage, which the functionalizer makes a value with that history),
+    then a copy of the result into ``x`` under no-grad; later reads of ``d`` read the result, and
+    later writes into it are made so too (the caller's loop).  The bsyms that make it, the
+    renaming of ``d`` and of ``b``'s outputs, and (the value, ``x``); None where that is not
+    eager's answer:
+
+    * the write must write ``detach(x)`` whole (a write into a part of it scatters into ``x``);
+    * no view of ``d`` may be made before it (eager rebases such a view's history on the write,
+      where the split would leave it reading ``x``'s storage, without history);
+    * every later write into ``x``'s storage must write ``d`` itself, whole (a write into ``x``
+      or through a view would change ``d`` in eager, not the value).
+    """
+    effect = effect_of(b)
+    if len(effect.writes) != 1 or effect.writes[0].name not in whole:
+        return None
+    d, x = effect.writes[0], whole[effect.writes[0].name]
+    # ``whole`` holds, up to here, the names of ``detach(x)`` itself (its versions past Thunder's
+    # barriers and past writes into it); an alias made from one of them that is none is a view.
+    lineage = {n for n, y in whole.items() if y is x}
+    if any(a.name in lineage and o.name not in lineage for e in map(effect_of, bsyms[:at]) for o, a in e.aliases):
+        return None
+    lineage.update(o.name for o in tensor_outs(b))
+    storage = _aliases_from(bsyms, x.name)
+    for later in bsyms[at + 1 :]:
+        e = effect_of(later)
+        if not any(w.name in storage for w in e.writes):
+            if is_barrier(later):
+                lineage.update(o.name for i, o in zip(tensor_args(later), tensor_outs(later)) if i.name in lineage)
+            continue
+        if len(e.writes) != 1 or e.writes[0].name not in lineage:
+            return None
+        lineage.update(o.name for o, a in e.aliases if a is e.writes[0])
+    with tracectx(new):
+        # A clone of x itself, tagged as a no-grad block's output: it has no history, as ``d``
+        # has none.  Not of ``d``: autodiff would need a backward through ``detach`` (Thunder has
+        # no rule of its own and calls PyTorch's, which torch_compile_ex fails on), and a fusion
+        # region would take x and its detached alias (AOT autograd refuses such inputs).
+        made, e = record(new, lambda: ltorch.clone(x))
+        e.tags.add(ProxyTag.DETACHED_AUTOGRAD_GRAPH)
+        again, outs = record_again(new, b, {variableify(d): e})
+        if not outs:
+            return None
+        value = outs[0]
+        copied = _copy_without_grad(new, value, x)
+    renamed = {variableify(d): value, **{variableify(o): value for o in tensor_outs(b)}}
+    return at_source_of([*made, *again, *copied], b), renamed, (value, x)
+
+
+def _copy_without_grad(new: TraceCtx, value: TensorProxy, x: TensorProxy) -> list[BoundSymbol]:
+    """``x.copy_(value)`` as traced under ``torch.no_grad()``: its output tagged as a no-grad block's."""
+    copied, out = record(new, lambda: prims.copy_(value, x, grad_enabled=False))
+    out.tags.add(ProxyTag.DETACHED_AUTOGRAD_GRAPH)
+    return copied
+
+
+def _aliases_from(bsyms: Sequence[BoundSymbol], name: str) -> set[str]:
+    """``name`` and every alias ``bsyms`` make of it, transitively."""
+    names = {name}
+    for b in bsyms:
+        names.update(o.name for o, a in effect_of(b).aliases if a.name in names)
+    return names
 
 
 def detached_aliases(bsyms: Sequence[BoundSymbol]) -> set[str]:
