@@ -209,3 +209,26 @@ def test_under_thunderfx_the_detached_input_thunder_merges_is_refused():
     jitted = compile_fn(clamp_through_detach, Config(fusion_type="dataflow", entry="thunderfx"))
     with pytest.raises(InputAliasError, match="detach"):
         jitted(_x(True), _x(True))
+
+
+def detach_returned(a, c):  # soak seed 94000, shortened
+    t0 = c.mean(1)
+    t0.cos_()
+    return t0, a.detach()
+
+
+def detach_read_without_a_write(a, c):
+    return c * 2, a.detach() * 3, (a * c).sum()
+
+
+@pytest.mark.parametrize("fn", [detach_returned, detach_read_without_a_write])
+def test_what_detach_returns_carries_no_gradient(fn):
+    """Thunder differentiates ``detach`` (PyTorch's VJP, called back): the caller's ``a`` got a
+    zero gradient from it where eager gives ``None`` (soak seed 94000, silently wrong; plain
+    Thunder too), and ``torch_compile_ex`` failed on that VJP.  The transform tags what
+    ``detach`` returns as a constant for autodiff."""
+    make = lambda g: (_x(g), _x(False))  # noqa: E731
+    judgement = judge_function(fn, make, configs=JIT_CELLS)
+    assert [c.status for c in judgement.cells] == ["correct"] * len(judgement.cells), judgement.cells
+    plain = judge_function(fn, make, grad_modes=(True,), configs=(replace(CONFIGS[0], transform=False),)).cells
+    assert fn is not detach_returned or plain[0].status == "wrong", plain

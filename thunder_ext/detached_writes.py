@@ -81,6 +81,7 @@ class DetachedWritesReport:
     without_grad: list[BoundSymbol]  # the writes marked so (the new bsyms)
     left_with_grad: list[BoundSymbol]  # through detach, but reading a value that carries a gradient
     split: list[BoundSymbol] = field(default_factory=list)  # such writes made a value and a no-grad write
+    detach_outputs_tagged: int = 0  # detach bsyms whose outputs are now tagged as constants for autodiff
 
 
 def writes_through_detach_without_grad(
@@ -103,6 +104,23 @@ def writes_through_detach_without_grad(
         effect = effect_of(b)
         _note_aliases(b, effect, detached)
         if is_detach(b) and tensor_args(b):
+            # What detach returns has no history: tagged as a no-grad block's output, autodiff
+            # takes it for a constant.  Thunder's own VJP of detach (PyTorch's, called back) gives
+            # its input a zero gradient where eager gives None, and fails under torch_compile_ex.
+            # Under the same name, which errors then say: made in a scratch trace's scope, as the
+            # new trace already holds that name.
+            with tracectx(TraceCtx()):
+                constant = {
+                    variableify(o): o.replace(tags=o.tags | {ProxyTag.DETACHED_AUTOGRAD_GRAPH})
+                    for o in tensor_outs(b)
+                    if ProxyTag.DETACHED_AUTOGRAD_GRAPH not in o.tags
+                }
+            if constant:
+                swap.update(constant)
+                b = b.from_bsym_swap_proxies(constant)
+                effect = effect_of(b)
+                detached.update(o.name for o in tensor_outs(b))
+                report.detach_outputs_tagged += 1
             x = tensor_args(b)[0]
             whole.update((o.name, whole.get(x.name, x)) for o in tensor_outs(b))
         elif is_barrier(b):  # Thunder's own: output k is input k's new version
@@ -122,7 +140,8 @@ def writes_through_detach_without_grad(
             continue
         if effect.writes and writes_with_grad(b) and all(w.name in detached for w in effect.writes):
             if any(p.name in differentiable for p in b.flat_proxy_args if isinstance(p, TensorProxy)):
-                split = _split_gradient_write(new, trace.bound_symbols, at, b, whole)
+                later = [c.from_bsym_swap_proxies(swap) for c in trace.bound_symbols[at + 1 :]]
+                split = _split_gradient_write(new, bsyms, later, b, whole)
                 if split is None:
                     report.left_with_grad.append(b)
                     bsyms.append(b)
@@ -158,7 +177,7 @@ def writes_through_detach_without_grad(
                 b = _without_grad(b.from_bsym_swap_proxies(tagged))
                 report.without_grad.append(b)
         bsyms.append(b)
-    if not report.without_grad and not report.split:
+    if not report.without_grad and not report.split and not report.detach_outputs_tagged:
         return trace, report
     new.bound_symbols = bsyms
     new.set_provenance(TraceProvenance("Writes through detach made without grad (thunder_ext)"))
@@ -166,7 +185,11 @@ def writes_through_detach_without_grad(
 
 
 def _split_gradient_write(
-    new: TraceCtx, bsyms: Sequence[BoundSymbol], at: int, b: BoundSymbol, whole: dict[str, TensorProxy]
+    new: TraceCtx,
+    before: Sequence[BoundSymbol],
+    later: Sequence[BoundSymbol],
+    b: BoundSymbol,
+    whole: dict[str, TensorProxy],
 ) -> tuple[list[BoundSymbol], dict, tuple[TensorProxy, TensorProxy]] | None:
     """``d.add_(w)`` with ``d = x.detach()`` and ``w`` carrying a gradient: eager gives ``d`` the
     history of ``w`` and writes ``x``'s storage, giving ``x`` none.  Written as the same op on a
@@ -174,7 +197,7 @@ def _split_gradient_write(
     then a copy of the result into ``x`` under no-grad; later reads of ``d`` read the result, and
     later writes into it are made so too (the caller's loop).  The bsyms that make it, the
     renaming of ``d`` and of ``b``'s outputs, and (the value, ``x``); None where that is not
-    eager's answer:
+    eager's answer.  ``before`` and ``later``: the bsyms around ``b``, under the names it reads.
 
     * the write must write ``detach(x)`` whole (a write into a part of it scatters into ``x``);
     * no view of ``d`` may be made before it (eager rebases such a view's history on the write,
@@ -189,15 +212,15 @@ def _split_gradient_write(
     # ``whole`` holds, up to here, the names of ``detach(x)`` itself (its versions past Thunder's
     # barriers and past writes into it); an alias made from one of them that is none is a view.
     lineage = {n for n, y in whole.items() if y is x}
-    if any(a.name in lineage and o.name not in lineage for e in map(effect_of, bsyms[:at]) for o, a in e.aliases):
+    if any(a.name in lineage and o.name not in lineage for e in map(effect_of, before) for o, a in e.aliases):
         return None
     lineage.update(o.name for o in tensor_outs(b))
-    storage = _aliases_from(bsyms, x.name)
-    for later in bsyms[at + 1 :]:
-        e = effect_of(later)
+    storage = _aliases_from([*before, b, *later], x.name)
+    for c in later:
+        e = effect_of(c)
         if not any(w.name in storage for w in e.writes):
-            if is_barrier(later):
-                lineage.update(o.name for i, o in zip(tensor_args(later), tensor_outs(later)) if i.name in lineage)
+            if is_barrier(c):
+                lineage.update(o.name for i, o in zip(tensor_args(c), tensor_outs(c)) if i.name in lineage)
             continue
         if len(e.writes) != 1 or e.writes[0].name not in lineage:
             return None

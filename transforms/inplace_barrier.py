@@ -92,7 +92,7 @@ class InplaceBarrierTransform(thunder.Transform):
         differentiable = frozenset(differentiable_names(computation_trace))
         # A write through detach() gives its input no history in eager: it is a no-grad write.
         computation_trace, detached = writes_through_detach_without_grad(computation_trace, differentiable)
-        if detached.without_grad or detached.split:  # their outputs are new proxies
+        if detached.without_grad or detached.split or detached.detach_outputs_tagged:  # new proxies
             differentiable = frozenset(differentiable_names(computation_trace))
         aliased = aliased_inputs(computation_trace)
         config = stage_config.before_autodiff(
