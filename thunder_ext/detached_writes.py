@@ -47,6 +47,10 @@ After (``t20`` tagged as a no-grad block's output, and so is ``t23``)::
     t23 = prims.copy_(t22, a, grad_enabled=False)
     t3 = ltorch.mul(t22, 2)
 
+Every ``detach`` output is tagged so too (under its own name): it has no history in eager.
+Thunder would differentiate ``detach`` through PyTorch's VJP, making ``return a.detach()`` an
+output that requires grad and giving ``a`` a zero gradient where eager gives None.
+
 Invariants:
 
 * only a write every destination of which is reached from its storage through a ``detach``
@@ -88,9 +92,11 @@ def writes_through_detach_without_grad(
     trace: TraceCtx, differentiable: frozenset[str]
 ) -> tuple[TraceCtx, DetachedWritesReport]:
     """``trace`` with each write through a ``detach``ed alias, of a value without gradient, made a
-    no-grad write.  ``differentiable``: the names gradients may flow through
-    (:func:`thunder_ext.refusals.differentiable_names`, which stops at ``detach``).  The trace itself
-    where there is none."""
+    no-grad write; each such write of a value with gradient split into a value and a no-grad
+    write where that is eager's answer; and what ``detach`` returns tagged a constant for
+    autodiff.  ``differentiable``: the names gradients may flow through
+    (:func:`thunder_ext.refusals.differentiable_names`, which stops at ``detach``).  The trace
+    itself where there is no ``detach``."""
     report = DetachedWritesReport([], [])
     new = from_trace(trace)
     detached: set[str] = set()  # names reached from a detach through aliases
