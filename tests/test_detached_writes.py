@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 import thunder
 import torch
+import torch.nn.functional as F
 from thunder.core.proxies import ProxyTag
 
 from thunder_ext.errors import InplaceOrderingError, InputAliasError
@@ -232,3 +233,64 @@ def test_what_detach_returns_carries_no_gradient(fn):
     assert [c.status for c in judgement.cells] == ["correct"] * len(judgement.cells), judgement.cells
     plain = judge_function(fn, make, grad_modes=(True,), configs=(replace(CONFIGS[0], transform=False),)).cells
     assert fn is not detach_returned or plain[0].status == "wrong", plain
+
+
+def detached_tensor_written_then_returned(a, w):
+    d = a.detach()
+    d[0] = 0.5  # into a itself, without grad: what the write returns is still the detached tensor
+    return d, (a * w).sum()
+
+
+def detached_view_read_after_a_write_through_detach(a, w):
+    d = a.detach()
+    v = d[1:]
+    d.mul_(2)
+    return v + 1, d.sum() * w
+
+
+def relu_then_a_write_through_detach(a, b, c):  # soak seed 95000
+    a[0] = 0.5
+    b.mul_(a)
+    t0 = c.detach()
+    t1 = c.sum(1)
+    F.relu(t1, inplace=True)
+    t0[0] = 0.5
+    a[1:] = 0.5
+    return (t1, b, t0)
+
+
+@pytest.mark.parametrize(
+    "fn, make_args",
+    [
+        (detached_tensor_written_then_returned, lambda g: (_x(g) * 1, _x(g))),
+        (detached_view_read_after_a_write_through_detach, lambda g: (_x(g) * 1, _x(g))),
+        (relu_then_a_write_through_detach, lambda g: (_x(False).t().contiguous().t(), _x(False), _x(g) * 1)),
+    ],
+    ids=lambda f: getattr(f, "__name__", ""),
+)
+def test_the_detached_tensor_after_a_no_grad_write_carries_no_gradient(fn, make_args):
+    """The write into ``detach(a)`` goes into ``a`` itself, without grad; what it returns, and
+    later reads of the detached tensor, were read as ``a``'s new version, which a barrier then
+    renamed to a name that carries ``a``'s gradient: eager's ``d`` carries none (soak seed 95000,
+    silently wrong in every ``thunder.jit`` cell with grad).  They read a ``detach`` of that
+    version now.  (``torch_compile_ex`` with consecutive fusion crashes on the first, with grad,
+    as plain Thunder does: AOT autograd's leafness check there.)"""
+    cells = judge_function(fn, make_args, configs=JIT_CELLS).cells
+    bad = [c for c in cells if c.status != "correct" and not (c.status == "crash" and c.plain == "crash")]
+    assert cells and not bad, [c.detail for c in bad]
+    assert sum(c.status == "correct" for c in cells) >= len(cells) - 1
+
+
+def detach_of_private_storage_written_later(w):
+    h = w * 1
+    d = h.detach()  # the functionalizer makes d again from h's new value
+    h.mul_(2)
+    return d * 3, h
+
+
+def test_a_detach_made_again_from_a_new_value_stays_a_constant():
+    """A view the functionalizer makes again keeps the original's tags: ``detach`` made again
+    on ``h``'s new value is still a constant for autodiff.  Untagged, Thunder differentiated it
+    through PyTorch's VJP, which ``torch_compile_ex`` fails on."""
+    cells = judge_function(detach_of_private_storage_written_later, lambda g: (_x(g),), configs=JIT_CELLS).cells
+    assert [c.status for c in cells] == ["correct"] * len(cells), [c.detail for c in cells]

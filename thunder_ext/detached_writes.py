@@ -178,10 +178,22 @@ def writes_through_detach_without_grad(
                     }
                 swap.update(tagged)
                 detached.update(o.name for o in tagged.values())
-                if x is not None:
-                    whole.update((o.name, x) for o in tagged.values())
                 b = _without_grad(b.from_bsym_swap_proxies(tagged))
                 report.without_grad.append(b)
+                if x is not None:
+                    whole.update((o.name, x) for o in tagged.values())
+                    # What the write returns is the detached tensor, not x: later reads read a
+                    # detach of x's new version.  (Read as x's version, a later pass would rename
+                    # it to a barrier's output, which carries x's gradient.)
+                    bsyms.append(b)
+                    for old, out in zip([o for o in trace.bound_symbols[at].flat_proxy_outs if isinstance(o, TensorProxy)], tagged.values()):
+                        made, again = record(new, lambda out=out: ltorch.detach(out))
+                        again.tags.add(ProxyTag.DETACHED_AUTOGRAD_GRAPH)
+                        bsyms.extend(at_source_of(made, b))
+                        swap[variableify(old)] = again
+                        detached.add(again.name)
+                        whole[again.name] = x
+                    continue
         bsyms.append(b)
     if not report.without_grad and not report.split and not report.detach_outputs_tagged:
         return trace, report

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from thunder.core.proxies import TensorProxy
+from thunder.core.proxies import ProxyTag, TensorProxy
 from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, tracectx
@@ -36,7 +36,13 @@ def call_again(bsym: BoundSymbol, swap: dict) -> list[TensorProxy]:
     (a view made again on another tensor, say)."""
     swapped = bsym.from_bsym_swap_proxies(swap, skip_output=True)
     result = swapped.sym(*swapped.args, **swapped.kwargs)
-    return [p for p in tree_flatten(result)[0] if isinstance(p, TensorProxy)]
+    outs = [p for p in tree_flatten(result)[0] if isinstance(p, TensorProxy)]
+    # What is made again keeps what autodiff must know of the original: a ``detach`` (or an op
+    # of a no-grad block) made again from a new base is still a constant.
+    for old, out in zip([p for p in bsym.flat_proxy_outs if isinstance(p, TensorProxy)], outs):
+        if ProxyTag.DETACHED_AUTOGRAD_GRAPH in old.tags:
+            out.tags.add(ProxyTag.DETACHED_AUTOGRAD_GRAPH)
+    return outs
 
 
 def record_again(trace: TraceCtx, bsym: BoundSymbol, swap: dict) -> tuple[list[BoundSymbol], list[TensorProxy]]:
