@@ -4556,3 +4556,28 @@ def test_a_reshape_of_a_pointwise_result_is_chosen_at_run_time(layout):
     run-time flag reads (``thunder_ext.stride_choices``)."""
     make = _x if layout == "contiguous" else _transposed
     assert_answered_in_every_cell(reshape_of_a_private_difference_then_zeroed, lambda g: (make(g) * 1,))
+
+
+def value_copied_into_an_input_and_reduced(a, b, rm, rv):  # soak 95000, shortened
+    t0 = rm.float()
+    with torch.no_grad():
+        a.mul_(-0.5)
+    t2 = rv.contiguous()
+    with torch.no_grad():
+        b.add_(a)
+    with torch.no_grad():
+        rm.mul_(0.9).add_(a.mean(0), alpha=0.1)
+    return (a,)
+
+
+def test_a_value_copied_into_an_input_and_reduced_keeps_the_epilogue_out_of_the_region():
+    """Was silently wrong with ``torch_compile_ex`` (soak seed 95000; plain Thunder too, plain
+    ``torch.compile`` right): with the epilogue in the region, Inductor recomputed ``a * -0.5``
+    inside ``mean``'s loop from ``a``, which the epilogue had written.  Such an epilogue is now
+    bound outside the region (``inductor_regions.epilogue_fits_a_region``)."""
+    assert_matches_eager(
+        value_copied_into_an_input_and_reduced,
+        lambda g: (_x(g), _transposed(False), *_stats()),
+        grad_modes=(False,),
+        configs=ALL_CELLS,
+    )

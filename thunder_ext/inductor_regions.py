@@ -911,6 +911,22 @@ _VALUE_PRIMS = frozenset(
 )
 
 
+# The reductions among them: Inductor gives each its own loop, into which it inlines the
+# pointwise values it reads.
+_REDUCTION_PRIMS = frozenset(getattr(prims.PrimIDs, n) for n in "AMAX AMIN SUM PROD VAR VAR_MEAN".split())
+
+
+def _reduces(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym``'s decomposition holds a reduction (``mean``, ``sum``, ``var``)."""
+    stack = [bsym]
+    while stack:
+        b = stack.pop()
+        if b.sym.id in _REDUCTION_PRIMS:
+            return True
+        stack.extend(b.subsymbols)
+    return False
+
+
 def _pure_value(bsym: BoundSymbol) -> bool:
     """Whether ``bsym`` computes new values only: every leaf of its decomposition that touches a
     tensor is one of :data:`_VALUE_PRIMS` (no view, copy, scatter, random or in-place op).  A
@@ -977,6 +993,17 @@ def epilogue_fits_a_region(bsyms: list[BoundSymbol], epilogue_inputs: frozenset[
             values.update(p.name for p in tensor_outs(b))
         elif tensor_args(b) or tensor_outs(b):
             return False  # not a pure value before it
+    # A value copied into an input and also reduced (``a.mul_(-0.5); rm.add_(a.mean(0))`` as
+    # values): Inductor inlines the value into the reduction's loop, recomputed from the input,
+    # which the copy may already have written there (torch 2.11; plain torch.compile is right,
+    # applying input writes after its graph; soak seed 95000).  Unfused, the copies come after.
+    fed = {c.args[0].name for c in copies if isinstance(c.args[0], TensorProxy)}
+    for b in bsyms:
+        if any(b is c for c in copies) or not any(p.name in fed for p in tensor_args(b)):
+            continue
+        if _reduces(b):
+            return False
+        fed.update(p.name for p in tensor_outs(b))
     # Each copied value is computed by the region: not an input (unpacked, or a barrier's name of one).
     return bool(copies) and all(
         isinstance(c.args[0], TensorProxy) and c.args[0].name in values
