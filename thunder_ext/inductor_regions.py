@@ -911,22 +911,6 @@ _VALUE_PRIMS = frozenset(
 )
 
 
-# The reductions among them: Inductor gives each its own loop, into which it inlines the
-# pointwise values it reads.
-_REDUCTION_PRIMS = frozenset(getattr(prims.PrimIDs, n) for n in "AMAX AMIN SUM PROD VAR VAR_MEAN".split())
-
-
-def _reduces(bsym: BoundSymbol) -> bool:
-    """Whether ``bsym``'s decomposition holds a reduction (``mean``, ``sum``, ``var``)."""
-    stack = [bsym]
-    while stack:
-        b = stack.pop()
-        if b.sym.id in _REDUCTION_PRIMS:
-            return True
-        stack.extend(b.subsymbols)
-    return False
-
-
 def _pure_value(bsym: BoundSymbol) -> bool:
     """Whether ``bsym`` computes new values only: every leaf of its decomposition that touches a
     tensor is one of :data:`_VALUE_PRIMS` (no view, copy, scatter, random or in-place op).  A
