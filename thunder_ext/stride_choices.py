@@ -138,6 +138,11 @@ def _run_recipe(roots: Sequence[torch.Tensor], recipe: tuple) -> torch.Tensor:
     return values[-1]
 
 
+# Each answer, by recipe and the roots' shapes, strides and dtypes: the meta ops of a recipe cost
+# far more than the lookup, and every call (and every flag of one choice) asks again.
+_ANSWERS: dict[tuple, bool] = {}
+
+
 def _is_view_at_run_time(
     roots: tuple, recipe: tuple, kind: str, shape: tuple, like: tuple, refuse: bool | None = None, why: str = ""
 ) -> torch.Tensor:
@@ -148,15 +153,22 @@ def _is_view_at_run_time(
     0-d one: Inductor's C++ code generation fails on a 0-d bool predicate broadcast into an int64
     loop, torch 2.11).  Raises where the answer is ``refuse``: the compiled program cannot give
     eager's gradients for it (``why``)."""
-    t = _run_recipe(roots, recipe)
-    if kind == "contiguous":
-        answer = t.is_contiguous()
-    else:
-        try:
-            t.view(shape)
-            answer = True
-        except RuntimeError:
-            answer = False
+    layouts = tuple((tuple(r.shape), r.stride(), r.dtype) for r in roots)
+    key = (repr(recipe), kind, tuple(shape), layouts)
+    answer = _ANSWERS.get(key)
+    if answer is None:
+        t = _run_recipe(roots, recipe)
+        if kind == "contiguous":
+            answer = t.is_contiguous()
+        else:
+            try:
+                t.view(shape)
+                answer = True
+            except RuntimeError:
+                answer = False
+        if len(_ANSWERS) >= 4096:
+            _ANSWERS.clear()
+        _ANSWERS[key] = answer
     if answer is refuse:
         from thunder_ext.errors import StrideDependentViewError
 
