@@ -605,3 +605,22 @@ def test_known_zeros_and_the_reads_that_matter():
 
     t2 = build(lambda x: ltorch.add(ltorch.mul(ltorch.zeros(3, device="cpu", dtype=thunder.dtypes.float32), x), x), x=(3,))
     assert "x" in reads_that_matter(t2.bound_symbols)  # also read by the add
+
+
+def test_a_choice_between_zeros_is_a_zero_and_a_choice_with_one_is_not():
+    """``where(c, 0, zeros)`` is the backward of a functional ``copy_`` on a zero cotangent."""
+    from thunder_ext.zero_cotangents import known_zeros
+
+    names = {}
+
+    def fn(x):
+        z = ltorch.zeros(4, 3, device="cpu", dtype=thunder.dtypes.float32)
+        c = ltorch.gt(x, 0.0)
+        both = ltorch.where(c, 0, z)
+        one = ltorch.where(c, x, z)
+        names.update(both=both.name, one=one.name)
+        return ltorch.add(both, one)
+
+    t = build(fn, x=(4, 3))
+    zeros = known_zeros(t.bound_symbols)
+    assert names["both"] in zeros and names["one"] not in zeros

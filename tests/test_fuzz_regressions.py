@@ -4581,3 +4581,26 @@ def test_a_value_copied_into_an_input_and_reduced_keeps_the_epilogue_out_of_the_
         grad_modes=(False,),
         configs=ALL_CELLS,
     )
+
+
+def overwritten_batch_norm_output_then_its_input_written_without_grad(a, b, rm, rv):  # soak 95000
+    t0 = F.batch_norm(b, rm, rv, training=True, momentum=0.1)  # saves b
+    t0.copy_(b)  # no gradient reaches batch_norm's backward any more
+    with torch.no_grad():
+        b.add_(1.5)
+    with torch.no_grad():
+        rv.mul_(0.9).add_(t0.mean(0), alpha=0.1)
+    F.batch_norm(t0, rm, rv, training=True, momentum=0.1)
+    return (rv.contiguous(), a, b)
+
+
+def test_a_write_into_what_an_overwritten_outputs_backward_saved_is_not_refused():
+    """Was a needless SavedTensorMutationError through ``thunder.jit`` with grad (soak seed 95000;
+    plain Thunder right): the backward of the first ``batch_norm`` reads the ``b`` the no-grad write
+    replaced, but the cotangent it gets is ``where(True, 0, zeros)``, the functional ``copy_``'s
+    backward of an output nothing differentiates.  Eager never runs that backward."""
+    assert_matches_eager(
+        overwritten_batch_norm_output_then_its_input_written_without_grad,
+        lambda g: (_transposed(g) * 1, _x(g) * 1, *_stats()),
+        configs=ALL_CELLS,
+    )

@@ -26,9 +26,10 @@ is not among the reads that matter: the value of ``a`` it reads changes nothing 
 
 Invariant: a name is a known zero only when every element is ``0`` for any finite input: a
 ``zeros``/``full(0)`` factory, or an op that maps zeros to zeros (a product with one, a sum, a
-view).  A non-finite value times zero is not zero, which the rule ignores as Thunder's own
-backward does (it computes those products too): where a write made the saved value infinite,
-the gradient the zero product is added to is NaN, where eager's is finite (``docs/limits.md``).
+view, a choice between zeros).  A non-finite value times zero is not zero, which the rule
+ignores as Thunder's own backward does (it computes those products too): where a write made the
+saved value infinite, the gradient the zero product is added to is NaN, where eager's is finite
+(``docs/limits.md``).
 Writes, and bsyms Thunder's ``dce`` must keep, are roots: what they read always matters.
 """
 
@@ -61,6 +62,9 @@ _SUMS = frozenset({ltorch.add.id, ltorch.sub.id, PrimIDs.ADD, PrimIDs.SUB})
 # Zero when any tensor argument is, or when the first is (a quotient).
 _PRODUCTS = frozenset({ltorch.mul.id, PrimIDs.MUL})
 _QUOTIENTS = frozenset({ltorch.true_divide.id, ltorch.div.id, PrimIDs.DIV})
+# Zero when both values it chooses from (arguments 1 and 2) are, whatever the condition: the
+# backward of a functional ``copy_`` (``where(True, src, dst)``) routes a zero cotangent so.
+_CHOICES = frozenset({ltorch.where.id, PrimIDs.WHERE})
 
 
 def _is_zero_number(x) -> bool:
@@ -98,6 +102,8 @@ def known_zeros(bsyms: Sequence[BoundSymbol]) -> set[str]:
             made = any(zero(a) for a in b.args)
         elif ids & _QUOTIENTS:
             made = bool(b.args) and zero(b.args[0])
+        elif ids & _CHOICES:
+            made = len(b.args) == 3 and zero(b.args[1]) and zero(b.args[2])
         else:
             made = False
         if made:
