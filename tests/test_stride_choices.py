@@ -10,6 +10,8 @@ cannot match is refused when a call brings it, in words that name the op.
 
 from __future__ import annotations
 
+import operator
+
 import pytest
 import torch
 
@@ -207,7 +209,7 @@ def _replay(roots, recipe) -> torch.Tensor:
         if sym_id is None:
             values.append(roots[args[0]])
             continue
-        fn = torch
+        fn = torch if sym_id.startswith("torch.") else operator
         for part in sym_id.split(".")[1:]:
             fn = getattr(fn, part)
         args = list(args)
@@ -236,11 +238,14 @@ _GETITEM = "torch.Tensor.__getitem__"
         ((torch.randn(6, 4).t(), torch.randn(6)), _recipe(0, 1, ("torch.mul", (None, None), ((0, 0), (1, 1))))),
         ((torch.randn(6, 4).t(),), _recipe(0, ("torch.zeros_like", (None,), ((0, 0),)))),
         ((torch.randn(6, 4).t(),), _recipe(0, ("torch.nn.functional.silu", (None, False), ((0, 0),)), ("torch.t", (None,), ((0, 1),)))),
+        ((torch.randn(6, 4),), _recipe(0, ("torch.split", (None, 2), ((0, 0),)), ("operator.getitem", (None, 1), ((0, 1),)))),
+        ((torch.randn(4, 6).t(),), _recipe(0, ("torch.split", (None, 2), ((0, 0),)), ("operator.getitem", (None, 1), ((0, 1),)))),
+        ((torch.randn(6, 4),), _recipe(0, ("torch.chunk", (None, 2, 1), ((0, 0),)), ("operator.getitem", (None, 0), ((0, 1),)))),
     ],
     ids=[
         "contiguous", "transposed", "strided-columns", "rows", "transposed-rows", "permuted", "diagonal",
         "pointwise-of-a-transpose", "sum-contiguous-first", "sum-transposed-first", "broadcast", "like-factory",
-        "silu-then-t",
+        "silu-then-t", "split-rows", "split-rows-of-a-transpose", "chunk-columns",
     ],
 )  # fmt: skip
 @pytest.mark.parametrize("kind", ["reshape", "contiguous"])

@@ -413,6 +413,14 @@ def _recorded_line(bsym: BoundSymbol) -> str | None:
     return next((s for s in map(_recorded_line, bsym.subsymbols) if s is not None), None)
 
 
+def is_unpack(bsym: BoundSymbol) -> bool:
+    """One of the trace's header bsyms, which unpack its inputs."""
+    return bsym.sym.id in (
+        prims.PrimIDs.UNPACK_TRIVIAL, prims.PrimIDs.UNPACK_SEQUENCE, prims.PrimIDs.UNPACK_KEY,
+        prims.PrimIDs.UNPACK_ATTR, prims.PrimIDs.UNPACK_EMPTY_DICT, prims.PrimIDs.UNPACK_DICT_KEY,
+    )  # fmt: skip
+
+
 def describe(bsym: BoundSymbol) -> str:
     """A one-line description of ``bsym`` for messages: its output, symbol name and source line."""
     outs = tensor_outs(bsym)

@@ -54,6 +54,7 @@ Counted: the ops chosen at run time, and the worlds written (``StrideChoiceRepor
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -73,6 +74,7 @@ from thunder_ext.op_kinds import (
     is_copy,
     is_like_factory,
     is_return,
+    is_unpack,
     returned_outputs,
     tensor_args,
     tensor_outs,
@@ -92,13 +94,17 @@ _CHAIN_OPS = frozenset(
         "diagonal", "expand", "movedim", "unflatten", "swapaxes",
     }
 )  # fmt: skip
+# View ops with several outputs, one of which the recipe takes (a step of ``operator.getitem``).
+_SPLIT_OPS = frozenset({"split", "chunk", "unbind", "tensor_split"})
 # A recipe's length past which the program is left as it was (each step runs on every call).
 MAX_RECIPE = 32
 
 
 def _torch_callable(sym_id: str):
     """The torch function a Thunder symbol's id names (``torch.sub``, ``torch.Tensor.__getitem__``,
-    ``torch.nn.functional.silu``), or None."""
+    ``torch.nn.functional.silu``), or None.  ``operator.getitem`` takes one output of a split."""
+    if sym_id == "operator.getitem":
+        return operator.getitem
     if not isinstance(sym_id, str) or not sym_id.startswith("torch."):
         return None
     fn = torch
@@ -119,7 +125,7 @@ def _meta_like(p: TensorProxy) -> torch.Tensor:
     return torch.empty(tuple(p.shape), dtype=dtypes.to_torch_dtype(p.dtype), device="meta")
 
 
-def _run_recipe(roots: Sequence[torch.Tensor], recipe: tuple) -> torch.Tensor:
+def run_recipe(roots: Sequence[torch.Tensor], recipe: tuple) -> torch.Tensor:
     """The last value of ``recipe`` on meta tensors laid out as ``roots``: strides only, no data.
 
     Each step makes a value, numbered in order: ``(None, (k,), (), ())`` is the root ``k``;
@@ -157,7 +163,7 @@ def _is_view_at_run_time(
     key = (repr(recipe), kind, tuple(shape), layouts)
     answer = _ANSWERS.get(key)
     if answer is None:
-        t = _run_recipe(roots, recipe)
+        t = run_recipe(roots, recipe)
         if kind == "contiguous":
             answer = t.is_contiguous()
         else:
@@ -200,7 +206,7 @@ class StrideChoice:
 
     index: int  # in the bsyms
     roots: tuple[TensorProxy, ...]  # the trace inputs whose strides decide
-    recipe: tuple  # the views and pointwise ops from ``roots`` to the op's input (:func:`_run_recipe`)
+    recipe: tuple  # the views and pointwise ops from ``roots`` to the op's input (:func:`run_recipe`)
     kind: str  # 'reshape' or 'contiguous'
     shape: tuple[int, ...]  # the output's shape
 
@@ -229,8 +235,7 @@ def find_stride_choices(bsyms: Sequence[BoundSymbol], info: AliasInfo) -> tuple[
     """The ops whose view-or-copy answer a later write makes observable, each with the input
     whose strides decide it; ([], why) where one cannot be decided so."""
     last_read = {p.name: j for j, b in enumerate(bsyms) for p in tensor_args(b)}
-    made_at = {p.name: j for j, b in enumerate(bsyms) for p in b.flat_proxy_outs}
-    whole = {n: x for x in info.inputs for n in whole_tensor_versions(bsyms, {x}, info.effects)}
+    made_at, whole = recipe_context(bsyms, info)
     choices: list[StrideChoice] = []
     for i, b in enumerate(bsyms):
         e = info.effects[i]
@@ -253,13 +258,13 @@ def find_stride_choices(bsyms: Sequence[BoundSymbol], info: AliasInfo) -> tuple[
         if not all(isinstance(s, int) for s in shape):
             return [], "a symbolic shape"
         try:
-            roots, recipe = _layout_recipe(x.name, bsyms, info, made_at, whole)
-        except _NoRecipe as e:
+            roots, recipe = layout_recipe(x.name, bsyms, info, made_at, whole)
+        except NoRecipe as e:
             return [], f"`{x.name}`, the input of `{name}`, is not laid out by the strides of trace inputs alone: {e}"
         # Tried once now, on contiguous inputs: a step whose torch function takes Thunder's
         # arguments otherwise would fail on every call.
         try:
-            tried = _run_recipe([_meta_like(proxy_named(bsyms, r)) for r in roots], recipe)
+            tried = run_recipe([_meta_like(proxy_named(bsyms, r)) for r in roots], recipe)
         except Exception as e:
             return [], f"the steps that make `{x.name}` do not run on meta tensors ({type(e).__name__}: {e})"
         if tuple(tried.shape) != tuple(x.shape):
@@ -270,21 +275,31 @@ def find_stride_choices(bsyms: Sequence[BoundSymbol], info: AliasInfo) -> tuple[
     return choices, ""
 
 
-class _NoRecipe(Exception):
+class NoRecipe(Exception):
     pass
 
 
-def _layout_recipe(
+def recipe_context(bsyms: Sequence[BoundSymbol], info: AliasInfo) -> tuple[dict[str, int], dict[str, str]]:
+    """What :func:`layout_recipe` reads: each name's bsym, and each name that is a trace input
+    whole (the input itself, or an in-place op's output on it) -> that input."""
+    made_at = {p.name: j for j, b in enumerate(bsyms) for p in b.flat_proxy_outs}
+    whole = {n: x for x in info.inputs for n in whole_tensor_versions(bsyms, {x}, info.effects)}
+    return made_at, whole
+
+
+def layout_recipe(
     name: str, bsyms: Sequence[BoundSymbol], info: AliasInfo, made_at: dict[str, int], whole: dict[str, str]
 ) -> tuple[list[str], tuple]:
     """The trace inputs whose strides lay ``name`` out in eager, and the steps that make it from
-    them (for :func:`_run_recipe`): views of :data:`_CHAIN_OPS`, pointwise ops (whose output eager
+    them (for :func:`run_recipe`): views of :data:`_CHAIN_OPS` (or one output of a
+    :data:`_SPLIT_OPS`), pointwise ops (whose output eager
     lays out by their inputs' strides) and factories shaped like their argument, through in-place
-    ops (whose output is the tensor they wrote).  Raises :class:`_NoRecipe` with the reason where
+    ops (whose output is the tensor they wrote).  Raises :class:`NoRecipe` with the reason where
     another op stands between (a matmul, a reduction, a reshape that may copy)."""
     roots: list[str] = []
     steps: list[tuple] = []
     number: dict[str, int] = {}  # a name already made -> its value's number
+    split_at: dict[int, int] = {}  # a split's bsym -> the number of its tuple of outputs
 
     def value(n: str) -> int:
         while n not in whole and n in made_at:  # an in-place op's output is the tensor it wrote
@@ -304,47 +319,47 @@ def _layout_recipe(
             return number[n]
         k = made_at.get(n)
         if k is None:
-            raise _NoRecipe(f"`{n}` is made outside the trace's body")
+            raise NoRecipe(f"`{n}` is made outside the trace's body")
         b = bsyms[k]
         outs = tensor_outs(b)
         fn = _torch_callable(b.sym.id)
-        layout_op = b.sym.name in _CHAIN_OPS or _is_pointwise(b.sym.name) or is_like_factory(b)
-        if not layout_op or fn is None or len(outs) != 1 or info.effects[k].writes:
-            raise _NoRecipe(f"`{outs[0].name if outs else n} = {b.sym.name}`")
+        split = b.sym.name in _SPLIT_OPS
+        layout_op = split or b.sym.name in _CHAIN_OPS or _is_pointwise(b.sym.name) or is_like_factory(b)
+        if not layout_op or fn is None or (len(outs) != 1 and not split) or info.effects[k].writes:
+            raise NoRecipe(f"`{outs[0].name if outs else n} = {b.sym.name}`")
+        if split and [p.name for p in b.flat_proxy_outs] != [o.name for o in outs]:
+            raise NoRecipe(f"`{n} = {b.sym.name}`, whose outputs are not all tensors")
         if is_like_factory(b) and b.kwargs.get("memory_format") not in (None, torch.preserve_format):
-            raise _NoRecipe(f"`{outs[0].name} = {b.sym.name}` with a memory format")
+            raise NoRecipe(f"`{outs[0].name} = {b.sym.name}` with a memory format")
         if any(isinstance(v, Proxy) for v in tree_flatten(b.kwargs)[0]):
-            raise _NoRecipe(f"`{outs[0].name} = {b.sym.name}`, a proxy among its keyword arguments")
+            raise NoRecipe(f"`{outs[0].name} = {b.sym.name}`, a proxy among its keyword arguments")
         refs, args = [], []
         for i, a in enumerate(b.args):
             if isinstance(a, TensorProxy):
                 refs.append((i, a.name))
                 args.append(None)
             elif any(isinstance(v, Proxy) for v in tree_flatten(a)[0]):
-                raise _NoRecipe(f"`{outs[0].name} = {b.sym.name}`, a proxy inside its arguments")
+                raise NoRecipe(f"`{outs[0].name} = {b.sym.name}`, a proxy inside its arguments")
             else:
                 args.append(a)
         kwargs = tuple((k2, v) for k2, v in b.kwargs.items() if not (is_like_factory(b) and k2 in ("dtype", "device")))
         if any(isinstance(v, dtypes.dtype) for v in tree_flatten((args, kwargs))[0]):
-            raise _NoRecipe(f"`{outs[0].name} = {b.sym.name}`, a Thunder dtype among its arguments")
+            raise NoRecipe(f"`{outs[0].name} = {b.sym.name}`, a Thunder dtype among its arguments")
         resolved = tuple((i, value(r)) for i, r in refs)
         if len(steps) >= MAX_RECIPE:
-            raise _NoRecipe(f"more than {MAX_RECIPE} steps")
-        steps.append((b.sym.id, tuple(args), kwargs, resolved))
+            raise NoRecipe(f"more than {MAX_RECIPE} steps")
+        if k not in split_at:
+            steps.append((b.sym.id, tuple(args), kwargs, resolved))
+        if split:  # the output asked for, taken from the op's tuple (made once for all of them)
+            split_at.setdefault(k, len(steps) - 1)
+            steps.append(("operator.getitem", (None, [o.name for o in outs].index(n)), (), ((0, split_at[k]),)))
         number[n] = len(steps) - 1
         return number[n]
 
     value(name)
     if not roots:
-        raise _NoRecipe("no trace input")  # a factory's: its layout is the op's own
+        raise NoRecipe("no trace input")  # a factory's: its layout is the op's own
     return roots, tuple(steps)
-
-
-def _is_unpack(bsym: BoundSymbol) -> bool:
-    return bsym.sym.id in (
-        prims.PrimIDs.UNPACK_TRIVIAL, prims.PrimIDs.UNPACK_SEQUENCE, prims.PrimIDs.UNPACK_KEY,
-        prims.PrimIDs.UNPACK_ATTR, prims.PrimIDs.UNPACK_EMPTY_DICT, prims.PrimIDs.UNPACK_DICT_KEY,
-    )  # fmt: skip
 
 
 def _defined(bsym: BoundSymbol) -> list[Proxy]:
@@ -379,8 +394,8 @@ def choose_at_run_time(
         report.not_chosen = "the return is not the last bsym"
         return None, report
     ret = bsyms[-1]
-    header = [b for b in bsyms if _is_unpack(b)]
-    body = [(k, b) for k, b in enumerate(bsyms[:-1]) if not _is_unpack(b)]
+    header = [b for b in bsyms if is_unpack(b)]
+    body = [(k, b) for k, b in enumerate(bsyms[:-1]) if not is_unpack(b)]
     # The inputs written: each world writes clones of them, and the caller's get the chosen value.
     written: dict[str, TensorProxy] = {}
     members = info.groups.members()
