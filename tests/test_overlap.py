@@ -299,8 +299,9 @@ def test_report_counts_the_pairs_checked_and_shown_apart():
     assert (overlaps.checked, overlaps.disjoint, overlaps.refused) == (1, 1, [])
 
 
-def test_index_write_eager_refuses_is_refused_not_split():
-    """Both dense, memory meeting: eager's own overlap check raises, so the write is not split."""
+def test_index_write_eager_refuses_is_refused():
+    """Both dense, memory meeting: eager's own overlap check raises, and so does the compiled
+    function, at run time (``thunder_ext.overlap_guard``)."""
     import thunder
 
     from thunder_ext import InplaceBarrierTransform, OverlappingSourceError
@@ -314,3 +315,126 @@ def test_index_write_eager_refuses_is_refused_not_split():
     jf = thunder.jit(fn, transforms=[InplaceBarrierTransform()])
     with pytest.raises(OverlappingSourceError, match="Eager refuses it too"):
         jf(torch.randn(4, 3))
+
+
+# -- eager's overlap check depends on the caller's strides (thunder_ext.overlap_guard) -------------
+
+
+def index_copy_from_a_split_of_its_destination(b, idx):  # soak seed 94000, shortened
+    t0 = b.split(2)[1]
+    b.index_copy_(0, idx, t0)
+    return (b * 1,)
+
+
+def index_add_from_a_chunk_of_its_destination(b, idx):
+    b.index_add_(0, idx, b.chunk(2)[1])
+    return (b,)
+
+
+def setitem_from_the_next_rows(b, idx):
+    b[:3] = b[1:]
+    return (b,)
+
+
+def _contiguous_b(grad: bool) -> torch.Tensor:
+    return torch.randn(4, 3)
+
+
+def _transposed_b(grad: bool) -> torch.Tensor:
+    return torch.randn(3, 4).t()
+
+
+@pytest.mark.parametrize(
+    "fn", [index_copy_from_a_split_of_its_destination, index_add_from_a_chunk_of_its_destination, setitem_from_the_next_rows]
+)
+@pytest.mark.parametrize("layout", [_contiguous_b, _transposed_b])
+def test_eager_overlap_check_is_made_on_the_callers_strides(fn, layout):
+    """Eager refuses these for a contiguous ``b`` (both dense, their memory meeting) and computes
+    them for a transposed one (its check cannot tell).  Where it computes, the transform
+    answers as eager (the index write split one entry at a time, in its kernel's order), where
+    it used to refuse on the strides of a contiguous ``b``; where eager raises, so does it."""
+    idx = torch.tensor([1, 0])
+    make = lambda g: (layout(g), idx.clone())  # noqa: E731
+    cells = judge_function(fn, make, configs=CELLS, grad_modes=(False,)).cells
+    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
+    if layout is _contiguous_b:
+        assert all(c.status != "correct" for c in cells), "\n".join(map(str, cells))
+    else:
+        assert all(c.status == "correct" for c in cells), "\n".join(map(str, cells))
+
+
+def test_one_compiled_function_answers_one_layout_and_refuses_the_other():
+    """The check runs on each call: the same compiled function (Thunder's cache does not key on
+    strides) refuses the contiguous call after answering the transposed one."""
+    import thunder
+
+    from thunder_ext import InplaceBarrierTransform, OverlappingSourceError, last_reports
+
+    fn = index_copy_from_a_split_of_its_destination
+    jf = thunder.jit(fn, transforms=[InplaceBarrierTransform()])
+    b, idx = torch.randn(3, 4).t(), torch.tensor([1, 0])
+    expected, eager_b = fn(b.clone().t().contiguous().t(), idx)[0], b.clone().t().contiguous().t()
+    fn(eager_b, idx)
+    got = jf(b, idx)[0]
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    torch.testing.assert_close(b, eager_b, rtol=0, atol=0)
+    assert last_reports(jf)[-1].overlaps.split.guarded, "the split is not reported as guarded"
+    c = torch.randn(4, 3)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        fn(c.clone(), idx)
+    with pytest.raises(OverlappingSourceError, match="Eager refuses it too"):
+        jf(c, idx)
+
+
+@pytest.mark.parametrize("partial_only", [False, True])
+def test_overlap_status_is_eagers(partial_only):
+    """The guard's model of eager's ``get_overlap_status``, against eager's own check on real
+    tensors of one storage: ``index_copy_`` refuses any overlap, ``copy_`` a partial one."""
+    from thunder_ext.overlap_guard import _REFUSED, overlap_status
+
+    checked = raised = 0
+    for stride, offset in [((3, 1), 0), ((1, 4), 0), ((6, 2), 0), ((3, 1), 9)]:
+        t = torch.arange(24.0).as_strided((4, 3), stride, offset)
+        dst = t[:2]
+        for src in (t[1:3], t[2:4], t[:2], t[::2], t[1:][::2]):
+            try:
+                if partial_only:
+                    dst.copy_(src)
+                else:
+                    dst.index_copy_(0, torch.tensor([0, 1]), src)
+                eager = False
+            except RuntimeError as e:
+                assert "single memory location" in str(e), e
+                eager = True
+            checked += 1
+            raised += eager
+            assert (overlap_status(dst, src) in _REFUSED[partial_only]) == eager, (stride, offset, src.stride())
+    assert 0 < raised < checked
+
+
+def add_from_the_previous_rows_of_an_input(b):
+    b[1:].add_(b[:-1])
+    return (b,)
+
+
+def add_from_the_previous_rows_of_a_new_tensor(b):
+    t = torch.zeros(4, 3) + 1  # laid out by the factory: contiguous whatever the caller's strides
+    t[1:].add_(t[:-1])
+    return (t + b,)
+
+
+def test_a_refusal_claims_eagers_own_only_for_the_strides_eager_refuses():
+    """Both refused (no compiled order is an elementwise kernel's); eager refuses the first only
+    for a contiguous ``b``, and computes it for a transposed one, as the message says."""
+    import thunder
+
+    from thunder_ext import InplaceBarrierTransform, OverlappingSourceError
+
+    with pytest.raises(RuntimeError, match="single memory location"):
+        add_from_the_previous_rows_of_an_input(torch.randn(4, 3))
+    add_from_the_previous_rows_of_an_input(torch.randn(3, 4).t())  # eager computes
+    for fn, qualified in ((add_from_the_previous_rows_of_an_input, True), (add_from_the_previous_rows_of_a_new_tensor, False)):
+        jf = thunder.jit(fn, transforms=[InplaceBarrierTransform()])
+        with pytest.raises(OverlappingSourceError, match="Eager refuses it too") as e:
+            jf(torch.randn(3, 4).t())
+        assert ("as for contiguous inputs" in str(e.value)) == qualified, str(e.value)

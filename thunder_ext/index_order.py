@@ -62,8 +62,9 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 
 from thunder_ext.alias_analysis import AliasInfo
-from thunder_ext.op_kinds import copies_without_grad, is_copy, tensor_args, tensor_outs
+from thunder_ext.op_kinds import copies_without_grad, describe, is_copy, is_unpack, tensor_args, tensor_outs
 from thunder_ext.overlap import SPLIT_BY_ENTRY, find_overlaps, index_operands
+from thunder_ext.overlap_guard import guard_arguments, refuse_if_eager_sees_overlap
 from thunder_ext.recording import at_source_of, record
 
 # Above this many index entries the op is not split (each entry is three bsyms, and more once
@@ -77,6 +78,9 @@ class SplitReport:
 
     split: list[str] = field(default_factory=list)  # "index_copy_ of t1 into 2 entries"
     left: dict[str, str] = field(default_factory=dict)  # output name -> why it stays one write
+    # Ops split although eager refuses them for contiguous inputs: a run-time check refuses where
+    # the caller's strides make eager's check see the overlap (thunder_ext.overlap_guard).
+    guarded: list[str] = field(default_factory=list)
 
 
 def _basic_key(key) -> bool:
@@ -136,13 +140,23 @@ def split_overlapping_index_writes(
     bsyms, info = stripped
     report = SplitReport()
     targets: set[int] = set()
+    guards: list[tuple[BoundSymbol, tuple]] = []  # (the op, its run-time overlap check's arguments)
     for o in find_overlaps(bsyms, info):
-        if o.bsym.sym.id == ltorch.setitem_.id:
-            why = _why_not_a_copy(o.bsym, o.eager_refuses, differentiable)
+        setitem = o.bsym.sym.id == ltorch.setitem_.id
+        eager_refuses, guard = o.eager_refuses, None
+        if eager_refuses and o.certain:
+            # Eager's check saw the overlap for contiguous inputs; the caller's strides decide.
+            key = o.bsym.args[1] if setitem and len(o.bsym.args) > 1 else None
+            guard = guard_arguments(bsyms, info, o.bsym, o.dst, o.src, key)
+            eager_refuses = guard is None
+        if setitem:
+            why = _why_not_a_copy(o.bsym, eager_refuses, differentiable)
         else:
-            why = _why_not(o.bsym, o.certain, o.eager_refuses, differentiable)
+            why = _why_not(o.bsym, o.certain, eager_refuses, differentiable)
         if why is None:
             targets.add(id(o.bsym))
+            if guard is not None:
+                guards.append((o.bsym, guard))
         else:
             report.left[tensor_outs(o.bsym)[0].name if tensor_outs(o.bsym) else str(o.bsym.sym.name)] = why
     if not targets:
@@ -169,6 +183,11 @@ def split_overlapping_index_writes(
         out += entries
         swap[variableify(tensor_outs(bsym)[0])] = last
         report.split.append(f"{bsym.sym.name} of {tensor_args(bsym)[0].name} into {n} entries")
+    if guards:  # before the body, where the roots are the caller's tensors
+        at = next((k for k, b in enumerate(out) if not is_unpack(b)), len(out))
+        checks = [b for op, args in guards for b in at_source_of(record(new, lambda args=args: refuse_if_eager_sees_overlap(*args))[0], op)]
+        out[at:at] = checks
+        report.guarded = [describe(op) for op, _ in guards]
     new.bound_symbols = out
     new.set_provenance(TraceProvenance("Split overlapping index writes into one write per entry (thunder_ext)"))
     return new, report

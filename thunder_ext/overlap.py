@@ -421,6 +421,14 @@ def refuse_internally_overlapping_writes(bsyms: list[BoundSymbol]) -> None:
             )
 
 
+def _layout_decides(bsyms: list[BoundSymbol], info: AliasInfo, o: Overlap) -> bool:
+    """Whether eager's own overlap check on ``o`` depends on the caller's strides (both tensors
+    are made from trace inputs by ops that lay their output out by their inputs)."""
+    from thunder_ext.overlap_guard import guard_arguments  # it imports the functionalizer, which imports this
+
+    return guard_arguments(bsyms, info, o.bsym, o.dst, o.src) is not None
+
+
 def refuse_overlapping_sources(
     trace: TraceCtx,
     *,
@@ -455,14 +463,19 @@ def refuse_overlapping_sources(
             else "may share elements with what it writes (the transform cannot tell which)"
         )
         report.refused.append(_op_name(o.bsym))
-        eager = (
-            "Eager refuses it too (\"some elements of the input tensor and the written-to tensor refer "
-            "to a single memory location\")"
-            if o.eager_refuses
-            else "Eager's result then depends on the order its kernel visits the elements (on CPU it reads "
+        in_order = (
+            "Eager's result then depends on the order its kernel visits the elements (on CPU it reads "
             "its own earlier writes), and no compiled order reproduces it: Thunder reads the source whole "
             "before writing"
         )
+        refuses = (
+            "Eager refuses it too (\"some elements of the input tensor and the written-to tensor refer "
+            "to a single memory location\")"
+        )
+        if o.eager_refuses and _layout_decides(bsyms, info, o):
+            eager = f"{refuses} where both are dense in memory, as for contiguous inputs; for other strides, e{in_order[1:]}"
+        else:
+            eager = refuses if o.eager_refuses else in_order
         raise OverlappingSourceError(
             f"`{_op_name(o.bsym)}` writes `{o.dst.name}` while reading `{o.src.name}`, which {why}. {eager}. "
             f"Clone the source first (`{o.src.name}.clone()`), or write out of place",
