@@ -355,7 +355,7 @@ def test_eager_overlap_check_is_made_on_the_callers_strides(fn, layout):
     it used to refuse on the strides of a contiguous ``b``; where eager raises, so does it."""
     idx = torch.tensor([1, 0])
     make = lambda g: (layout(g), idx.clone())  # noqa: E731
-    cells = judge_function(fn, make, configs=CELLS, grad_modes=(False,)).cells
+    cells = judge_function(fn, make, configs=(*CELLS, *FX_CELLS), grad_modes=(False,)).cells
     assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
     if layout is _contiguous_b:
         assert all(c.status != "correct" for c in cells), "\n".join(map(str, cells))
