@@ -156,6 +156,12 @@ def accessed_groups(info: AliasInfo, bsym: BoundSymbol, effect: Effect) -> set[s
     return {info.group_of(p) for p in tensor_args(bsym)}
 
 
+def tensor_written_as(name: str, effect: Effect) -> TensorProxy | None:
+    """The tensor an in-place op wrote, where ``name`` is the op's output for it (an in-place
+    op's output is the tensor it wrote); None where ``name`` is no such output."""
+    return next((a for o, a in effect.aliases if o.name == name and any(a is w for w in effect.writes)), None)
+
+
 def view_chain(
     name: str, bsyms: Sequence[BoundSymbol], effects: Sequence[Effect], made_at: dict[str, int], inputs: Iterable[str]
 ) -> tuple[str | None, list[BoundSymbol]]:
@@ -172,9 +178,9 @@ def view_chain(
         if k is None or len(chain) > 64:
             return None, []
         b, e = bsyms[k], effects[k]
-        written = [a for o, a in e.aliases if o.name == name and any(a is w for w in e.writes)]
-        if written:
-            name = written[0].name  # an in-place op's output is the tensor it wrote
+        written = tensor_written_as(name, e)
+        if written is not None:
+            name = written.name
             continue
         args, outs = tensor_args(b), b.flat_proxy_outs
         if not e.is_view or e.writes or view_kind(b) != "view" or len(outs) != 1 or len(args) != 1:

@@ -67,7 +67,7 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.extend import OperatorExecutor
 
-from thunder_ext.alias_analysis import AliasInfo, proxy_named
+from thunder_ext.alias_analysis import AliasInfo, proxy_named, tensor_written_as
 from thunder_ext.functionalize import aliases_read_from
 from thunder_ext.op_kinds import (
     describe,
@@ -302,12 +302,11 @@ def layout_recipe(
     split_at: dict[int, int] = {}  # a split's bsym -> the number of its tuple of outputs
 
     def value(n: str) -> int:
-        while n not in whole and n in made_at:  # an in-place op's output is the tensor it wrote
-            k = made_at[n]
-            written = [a for o, a in info.effects[k].aliases if o.name == n and any(a is w for w in info.effects[k].writes)]
-            if not written:
+        while n not in whole and n in made_at:
+            written = tensor_written_as(n, info.effects[made_at[n]])
+            if written is None:
                 break
-            n = written[0].name
+            n = written.name
         if n in whole:
             n = whole[n]
             if n not in number:
