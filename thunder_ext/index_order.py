@@ -46,8 +46,11 @@ Not split (left to the overlap refusal):
   backward routes each gradient to the row the source held before the op, which no single
   functional program reproduces;
 * a source whose elements the overlap check could not tell apart from the destination's;
-* a source and destination eager's own overlap check sees (both dense, their memory meeting):
-  eager raises, and so does the overlap check;
+* a source and destination eager's own overlap check sees (both dense, their memory meeting),
+  where the trace fixes their strides (their base made by a factory or a matmul): eager raises,
+  and so does the overlap check.  Where the caller's strides decide (both made from inputs by
+  views and pointwise ops), the op is split, and a check before the body raises at each call
+  where eager's would (:mod:`thunder_ext.overlap_guard`);
 * a ``setitem_`` with a tensor (advanced) key, which eager runs as ``index_put_``, or one that
   carries gradients (as for the index writes above).
 """
