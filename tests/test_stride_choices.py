@@ -184,6 +184,32 @@ def test_a_layout_whose_gradients_differ_is_refused_at_the_call(fn, config):
     assert "reshape" in str(error) or "contiguous" in str(error), str(error)
 
 
+def reshape_written_after_its_base_got_a_gradient(a, c):  # soak seed 94000, shortened
+    t1 = c.reshape(3, 4)  # a view of c where c is contiguous, a copy otherwise
+    c.copy_(a)  # c's storage carries a's gradient from here
+    t1.div_(0.5)  # through the view, eager raises ("a leaf Variable that requires grad ...")
+    return t1 * 1, c
+
+
+@pytest.mark.parametrize("config", JIT, ids=config_id)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_write_eager_raises_on_only_for_a_view_is_refused_at_the_call(layout, config):
+    """Was a missed refusal (soak seed 94000: numbers where eager raises): eager refuses the write
+    through ``t1`` where ``reshape`` returned a view made before ``c`` got ``a``'s gradient, and
+    computes where it copied.  The choice is made at the call: the view's strides are refused
+    there, naming the ops, and the copy's are eager's."""
+    _assert_eager(reshape_written_after_its_base_got_a_gradient, LAYOUTS[layout], config, False)
+    v = differential(_build(reshape_written_after_its_base_got_a_gradient, LAYOUTS[layout], True), config)
+    if layout == "transposed":
+        assert v.status == "correct", v.detail
+        return
+    assert "a leaf Variable that requires grad" in str(v.eager_error), v.eager_error
+    error = error_in_chain(v.outcome.error, StrideDependentViewError)
+    assert v.status == "refused" and error is not None, v.detail
+    assert "for the strides of this call it is a view, and eager raises" in str(error), str(error)
+    assert "reshape" in str(error) and "div_" in str(error), str(error)
+
+
 def _eager_is_view(t: torch.Tensor, kind: str, shape: tuple) -> bool:
     out = t.contiguous() if kind == "contiguous" else t.reshape(shape)
     return out is t if kind == "contiguous" else out.data_ptr() == t.data_ptr() and out._base is not None

@@ -153,6 +153,9 @@ class BarrierReport:
     # final value, the second time as a shallow_copy
     # (thunder_ext.identity_ops.separate_repeated_outputs; before autodiff only).
     repeated_outputs: list[str] = field(default_factory=list)
+    # Writes through an op assumed a view (thunder_ext.stride_choices) that eager raises on, as a
+    # write through a view older than its storage's gradient: the view answer is refused at run time.
+    eager_raises_if_view: list[str] = field(default_factory=list)
     # Clones of written storage bound to an operator executor, where nvFuser would alias them
     # to their input (fusion stage; thunder_ext.nvfuser_forms).
     clones_copied: int = 0

@@ -80,8 +80,13 @@ def refuse_unsupported_gradients(
     inductor: bool = False,
     stripped: tuple[list[BoundSymbol], AliasInfo] | None = None,
     graph_module: bool = False,
+    assumed_views: frozenset[str] = frozenset(),
 ) -> None:
     """Raise for the first unsupported construct; ``after`` is the barrier pass's output for ``before``.
+
+    ``assumed_views``: outputs of ops that may be views, taken as views by the run-time choice
+    (:mod:`thunder_ext.stride_choices`); a write eager raises on only in that answer is reported
+    (``report.eager_raises_if_view``), not refused.
 
     ``graph_module``: the compiled function is an FX graph (ThunderFX), whose caller may hand a
     written input back itself (:func:`refuse_plain_input_history_under_thunderfx`).
@@ -121,7 +126,7 @@ def refuse_unsupported_gradients(
         refuse_plain_input_history_under_thunderfx(before, diff, stripped)
     made_values = frozenset(o.name for b in report.functionalized for o in tensor_outs(b))
     refuse_gradless_overwrite(before, diff, stripped, made_values=made_values)
-    refuse_writes_through_views_older_than_their_gradient(diff, stripped)
+    report.eager_raises_if_view = refuse_writes_through_views_older_than_their_gradient(diff, stripped, assumed_views)
     refuse_kept_writes_whose_backward_reads_the_old_value(after, diff, placed)
     independent = refuse_written_grad_inputs(before, stripped, first_grad_writes)
     refuse_running_stats_with_grad(before, diff)
@@ -645,7 +650,9 @@ def refuse_plain_input_history_under_thunderfx(
                 )
 
 
-def refuse_writes_through_views_older_than_their_gradient(diff: set[str], stripped: tuple[list[BoundSymbol], AliasInfo]) -> None:
+def refuse_writes_through_views_older_than_their_gradient(
+    diff: set[str], stripped: tuple[list[BoundSymbol], AliasInfo], assumed_views: frozenset[str] = frozenset()
+) -> list[str]:
     """Refuse, as eager does, a write with grad enabled through a view made before its storage
     was written with a value that carries a gradient.
 
@@ -660,24 +667,49 @@ def refuse_writes_through_views_older_than_their_gradient(diff: set[str], stripp
     (``v = b[::2]; b.add_(a); w = v + v; v.zero_()``): recording reads the view's ``grad_fn``,
     which eager then rebuilds from its base's new history (soak seed 74000).  Not every read
     rebuilds it (:func:`_rebuilds_view_history`).
+
+    The view may come from an op that is a view or a copy by strides (``t1 = c.reshape(3, 4)``):
+    eager raises only where it is a view.  That is refused with :class:`StrideDependentViewError`,
+    which the run-time choice takes up; in its program, where the op is assumed a view
+    (``assumed_views``), the write is returned in words instead, for the flag to refuse that answer.
     """
     bsyms, info = stripped
+    raises_if_view: list[str] = []
     young: dict[str, str] = {}  # view -> its group: made from a value without gradient, before any gradient write
     stale: dict[str, BoundSymbol] = {}  # view -> the write that gave its storage a gradient after it was made
     carries: set[str] = set()  # groups written with a value that carries a gradient
     view_of: dict[str, str] = {}  # a write's output -> the view it is a later version of
     unsure: dict[str, BoundSymbol] = {}  # stale view -> an op read it that rebuilds its history only if it copies
+    maybe: dict[str, BoundSymbol] = {}  # young view -> the op that made it, a view or a copy by strides
     for b, effect in zip(bsyms, info.effects):
-        if effect.is_view and not effect.writes:
+        if effect.aliases and not effect.writes and (effect.is_view or view_kind(b) == "maybe"):
             for o, a in effect.aliases:
                 g = info.group_of(o)
                 if g not in carries and a.name not in diff:
                     young[o.name] = g
+                    if not effect.is_view:
+                        maybe[o.name] = b
         written = {w.name for w in effect.writes}
         with_grad = bool(written) and writes_with_grad(b)
         for w in effect.writes:
             view = view_of.get(w.name, w.name)
             if with_grad and view in stale and not _sets_through_a_new_view(b):
+                if view in maybe:
+                    what = (
+                        f"`{w.name}` is made by {describe(maybe[view])} before {describe(stale[view])} wrote a "
+                        f"value that requires grad into its storage, and written with grad by {describe(b)}"
+                    )
+                    if view in assumed_views:
+                        raises_if_view.append(what)
+                        continue
+                    raise StrideDependentViewError(
+                        f"{what}. Where that op returns a view, by strides the trace does not record, eager raises "
+                        "on this write (\"a leaf Variable that requires grad is being used in an in-place "
+                        "operation\"); where it copies, eager computes, and the transform could not choose at "
+                        "run time (the note says why). Clone where a copy is meant, or write under "
+                        "torch.no_grad() if no gradient should flow through it",
+                        b,
+                    )
                 unless = ""
                 if view in unsure:
                     unless = (
@@ -709,6 +741,7 @@ def refuse_writes_through_views_older_than_their_gradient(diff: set[str], stripp
                 stale.update((v, b) for v, vg in young.items() if vg == g and v != view)
             for o in new:  # the write's output is the same view (soak seed 38000: `t1.add_(1.5)` first)
                 view_of[o.name] = view
+    return raises_if_view
 
 
 def _rebuilds_view_history(bsym: BoundSymbol, effect) -> bool:

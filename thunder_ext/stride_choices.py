@@ -178,12 +178,7 @@ def _is_view_at_run_time(
     if answer is refuse:
         from thunder_ext.errors import StrideDependentViewError
 
-        raise StrideDependentViewError(
-            f"{why}: for the strides of this call it is {'a view' if answer else 'a copy'}, and eager's "
-            "gradients then differ from those of the program compiled (which requires grad where eager "
-            "would not, or gives a zero gradient where eager gives None). "
-            + ("Clone where a copy is meant" if answer else "Make the input contiguous where a view is meant, or clone where a copy is")
-        )
+        raise StrideDependentViewError(why)
     return torch.full(like, answer, dtype=torch.bool, device=roots[0].device)
 
 
@@ -198,6 +193,10 @@ def _is_view_meta(
 
 _STRIDES = OperatorExecutor("thunder_ext_strides")
 is_view_at_run_time = _STRIDES.register_operator("is_view_at_run_time", meta=_is_view_meta, fn=_is_view_at_run_time)
+# The same check where no selection reads it: kept for its refusal.
+refuse_view_at_run_time = _STRIDES.register_operator(
+    "refuse_view_at_run_time", meta=_is_view_meta, fn=_is_view_at_run_time, tags=[prims.OpTags.DONT_DCE]
+)
 
 
 @dataclass(frozen=True)
@@ -380,13 +379,18 @@ def choose_at_run_time(
     info: AliasInfo,
     choices: Sequence[StrideChoice],
     differentiable: frozenset[str] = frozenset(),
+    *,
+    refuse_views: str = "",
 ) -> tuple[TraceCtx | None, StrideChoiceReport]:
     """The program once per answer of ``choices``, selected by flags computed at run time
     (see the module's docstring).  ``bsyms``: the trace's, Thunder's barriers stripped, and
     ``info`` their analysis.  (None, report) where the program is not of a form this handles.
 
     ``differentiable``: the names gradients flow through in ``trace``; the report's
-    ``differentiable`` carries them over to the new names, with the selections of any."""
+    ``differentiable`` carries them over to the new names, with the selections of any.
+
+    ``refuse_views``: the copy answer only, each op's flag raising with this message where the
+    strides make it a view (eager raises there: the view answer is no program to select)."""
     report = StrideChoiceReport()
     ret_at = [k for k, b in enumerate(bsyms) if is_return(b)]
     if len(ret_at) != 1 or ret_at[0] != len(bsyms) - 1:
@@ -432,6 +436,12 @@ def choose_at_run_time(
             return flag_of[k, shape]
 
         worlds = list(itertools.product((True, False), repeat=len(choices)))  # True: the op is a view
+        if refuse_views:
+            worlds = [tuple(False for _ in choices)]
+            for c in choices:  # kept though nothing reads them: their effect is the refusal
+                made, _ = record(new, lambda c=c: refuse_view_at_run_time(c.roots, c.recipe, c.kind, c.shape, (), True, refuse_views))
+                flag_bsyms.extend(at_source_of(made, bsyms[c.index]))
+            report.refused_at_run_time = "view"
         results: list[dict[str, Proxy]] = []
         for world in worlds:
             swap: dict = {}
@@ -588,12 +598,32 @@ def _fed_with_grad(trace: TraceCtx, x: str) -> set[str]:
     return names
 
 
-def refuse_at_run_time(trace: TraceCtx, report: StrideChoiceReport, answer: bool, why: str) -> TraceCtx:
-    """``trace`` with each flag raising, at run time, where the strides give ``answer``."""
+def refusal_message(answer: bool, why: str, *, eager_raises: bool = False) -> str:
+    """What a flag says where the strides give ``answer`` and the call is refused: eager's
+    gradients differ from the program's there (``why`` says how), or eager raises on a write
+    (``eager_raises``, ``why`` says which)."""
+    it_is = f"for the strides of this call it is {'a view' if answer else 'a copy'}"
+    if eager_raises:
+        return (
+            f"{why}: {it_is}, and eager raises on that write (\"a leaf Variable that requires grad is being used "
+            "in an in-place operation\"). Clone where a copy is meant"
+        )
+    return (
+        f"{why}: {it_is}, and eager's gradients then differ from those of the program compiled (which "
+        "requires grad where eager would not, or gives a zero gradient where eager gives None). "
+        + ("Clone where a copy is meant" if answer else "Make the input contiguous where a view is meant, or clone where a copy is")
+    )
+
+
+def refuse_at_run_time(trace: TraceCtx, report: StrideChoiceReport, answer: bool, why: str, *, eager_raises: bool = False) -> TraceCtx:
+    """``trace`` with each flag raising, at run time, where the strides give ``answer``: because
+    eager's gradients differ from the program's there (``why`` says how), or because eager
+    raises there (``eager_raises``, ``why`` says where)."""
     report.refused_at_run_time = "view" if answer else "copy"
+    message = refusal_message(answer, why, eager_raises=eager_raises)
     new = from_trace(trace)
     new.bound_symbols = [
-        b.from_bsym(args=(*b.args[:5], answer, why)) if b.sym is is_view_at_run_time else b
+        b.from_bsym(args=(*b.args[:5], answer, message)) if b.sym is is_view_at_run_time else b
         for b in trace.bound_symbols
     ]
     new.set_provenance(TraceProvenance("Refuse the strides eager's gradients differ on, at run time (thunder_ext)"))

@@ -53,6 +53,7 @@ from thunder_ext.stride_choices import (
     choose_at_run_time,
     find_stride_choices,
     refuse_at_run_time,
+    refusal_message,
 )
 from thunder_ext.reinplace import fold_copies, reinplace, reinplace_inputs
 from thunder_ext.refusals import (
@@ -225,7 +226,7 @@ def _place_and_refuse_once(computation_trace: TraceCtx, config: stage_config.Sta
         refuse_unsupported_gradients(
             computation_trace, new, report, set(config.differentiable),
             nvfuser_may_run=config.nvfuser, inductor=config.inductor,
-            stripped=stripped, graph_module=config.graph_module,
+            stripped=stripped, graph_module=config.graph_module, assumed_views=config.assumed_views,
         )  # fmt: skip
     return computation_trace, config, new, report, stripped, overlaps
 
@@ -239,24 +240,36 @@ def _choose_at_run_time(computation_trace: TraceCtx, config: stage_config.StageC
     if not choices:
         refusal.add_note(f"Not chosen at run time: {why or 'no op found to choose'}.")
         raise refusal
-    both, choice = choose_at_run_time(computation_trace, bsyms, info, choices, config.differentiable)
-    if both is None:
-        refusal.add_note(f"Not chosen at run time: {choice.not_chosen}.")
-        raise refusal
-    config = replace(
-        config,
-        differentiable=frozenset(differentiable_names(both)) | choice.differentiable,
-        assumed_views=choice.assumed_views,
-    )
-    try:
-        both, config, new, report, stripped, overlaps = _place_and_refuse(both, config)
-    except StrideDependentViewError as e:
-        refusal.add_note(f"Not chosen at run time: with both answers, {e.args[0]}")
-        raise refusal from None
-    except InplaceOrderingError as e:
-        # A refusal of both answers alike: its own reason is the one to give.
-        e.add_note(f"Found with both answers of {', '.join(choice.chosen)} written out (thunder_ext.stride_choices).")
-        raise e from None
+
+    def written_out(refuse_views: str = ""):
+        both, choice = choose_at_run_time(computation_trace, bsyms, info, choices, config.differentiable, refuse_views=refuse_views)
+        if both is None:
+            refusal.add_note(f"Not chosen at run time: {choice.not_chosen}.")
+            raise refusal
+        placed = replace(
+            config,
+            differentiable=frozenset(differentiable_names(both)) | choice.differentiable,
+            assumed_views=choice.assumed_views,
+        )
+        try:
+            return choice, *_place_and_refuse(both, placed)
+        except StrideDependentViewError as e:
+            refusal.add_note(f"Not chosen at run time: with both answers, {e.args[0]}")
+            raise refusal from None
+        except InplaceOrderingError as e:
+            # A refusal of both answers alike: its own reason is the one to give.
+            e.add_note(f"Found with both answers of {', '.join(choice.chosen)} written out (thunder_ext.stride_choices).")
+            raise e from None
+
+    choice, both, placed, new, report, stripped, overlaps = written_out()
+    if report.eager_raises_if_view:
+        # Eager raises for the view answer (a write through a view older than its storage's
+        # gradient): the program is the copy answer alone, and the view's strides are refused.
+        if len(choice.chosen) > 1:
+            refusal.add_note("Not chosen at run time: eager raises for the view answer of one of two ops.")
+            raise refusal
+        message = refusal_message(True, report.eager_raises_if_view[0], eager_raises=True)
+        choice, both, placed, new, report, stripped, overlaps = written_out(refuse_views=message)
     if report.kept_inputs or report.kept_private_groups:
         refusal.add_note("Not chosen at run time: a write of one answer would stay in place.")
         raise refusal
@@ -267,7 +280,7 @@ def _choose_at_run_time(computation_trace: TraceCtx, config: stage_config.StageC
     if inexact:  # the strides that give the other answer are refused when a call brings them
         new = refuse_at_run_time(new, choice, inexact.pop(), f"{choice.chosen[0]}: {why}")
     report.stride_choices = choice
-    return both, replace(config, assumed_views=frozenset()), new, report, stripped, overlaps
+    return both, replace(placed, assumed_views=frozenset()), new, report, stripped, overlaps
 
 
 def _is_backward(trace: TraceCtx) -> bool:
