@@ -210,6 +210,20 @@ def test_a_write_eager_raises_on_only_for_a_view_is_refused_at_the_call(layout, 
     assert "reshape" in str(error) and "div_" in str(error), str(error)
 
 
+def contiguous_written_after_its_base_got_a_gradient(a, c):
+    t1 = c.contiguous()  # c itself where c is contiguous: a write to it is a write to c
+    c.copy_(a)
+    t1.div_(0.5)
+    return t1 * 1, c
+
+
+@pytest.mark.parametrize("config", JIT, ids=config_id)
+def test_a_write_through_contiguous_which_may_be_the_tensor_itself_is_answered(config):
+    """``contiguous`` returns ``c`` itself, no view, where ``c`` is contiguous: eager accepts the
+    write there, and so does the transform."""
+    _assert_eager(contiguous_written_after_its_base_got_a_gradient, _contiguous, config, True)
+
+
 def _eager_is_view(t: torch.Tensor, kind: str, shape: tuple) -> bool:
     out = t.contiguous() if kind == "contiguous" else t.reshape(shape)
     return out is t if kind == "contiguous" else out.data_ptr() == t.data_ptr() and out._base is not None

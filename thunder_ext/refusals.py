@@ -682,7 +682,10 @@ def refuse_writes_through_views_older_than_their_gradient(
     unsure: dict[str, BoundSymbol] = {}  # stale view -> an op read it that rebuilds its history only if it copies
     maybe: dict[str, BoundSymbol] = {}  # young view -> the op that made it, a view or a copy by strides
     for b, effect in zip(bsyms, info.effects):
-        if effect.aliases and not effect.writes and (effect.is_view or view_kind(b) == "maybe"):
+        # A reshape is a view or a copy, a new tensor either way; ``contiguous`` (or a ``flatten``
+        # that keeps the rank) may be the tensor itself, whose write eager accepts.
+        maybe_view = view_kind(b) == "maybe" and _maybe_view_records(b)
+        if effect.aliases and not effect.writes and (effect.is_view or maybe_view):
             for o, a in effect.aliases:
                 g = info.group_of(o)
                 if g not in carries and a.name not in diff:
