@@ -4604,3 +4604,22 @@ def test_a_write_into_what_an_overwritten_outputs_backward_saved_is_not_refused(
         lambda g: (_transposed(g) * 1, _x(g) * 1, *_stats()),
         configs=ALL_CELLS,
     )
+
+
+def copy_into_a_batch_norm_output_then_viewed(a, rm, rv):  # soak 96000
+    t0 = F.batch_norm(a, rm, rv, training=True, momentum=0.1)  # contiguous, whatever a's strides
+    a.div_(2.0)
+    t0.copy_(a)  # keeps t0's strides in eager
+    return (t0.view(2, 6), t0, rm)
+
+
+def test_a_private_tensor_copied_into_keeps_its_strides_for_a_later_view():
+    """Was a crash where plain Thunder is right (soak seed 96000, default executors, ``a``
+    transposed): the copy into private ``t0`` became a clone of ``a``, laid out as a transpose,
+    which ``view`` cannot view.  Where a ``view`` follows, the value is laid out as the old one.
+    (``torch_compile_ex`` and ThunderFX fail in Dynamo's fake tensors, plain Thunder too: the
+    meta ``batch_norm`` lays its output out as a transpose.)"""
+    cells = tuple(c for c in ALL_CELLS if c.entry == "jit" and c.executors == "default")
+    assert_matches_eager(
+        copy_into_a_batch_norm_output_then_viewed, lambda g: (_transposed(False), *_stats()), grad_modes=(False,), configs=cells
+    )

@@ -220,6 +220,8 @@ def _view_form(bsym: BoundSymbol, effect) -> str | None:
 
 
 _BASE = ("base",)
+# Views that fail where the strides cannot be viewed (``reshape`` would copy instead).
+_STRICT_VIEWS = frozenset({ltorch.view.id, ltorch.view_as.id})
 
 
 class _Functionalizer:
@@ -656,7 +658,17 @@ class _Functionalizer:
                 # autodiff keeps only one of their cotangents (`t1.copy_(t0); return t0, t1`).
                 # (The ``where`` below is a fresh tensor too.)
                 source = value
-                bsyms, value = self.record(lambda: ltorch.clone(source))
+                old = self.cur.get(g, {}).get(_BASE) if self.viewed_strictly_after(g, i) else None
+                if old is not None and g not in self.info.input_groups:
+                    # Eager's copy keeps the destination's strides, which a later ``view`` needs
+                    # (``t0 = batch_norm(a); t0.copy_(a); t0.view(2, 6)`` with ``a`` transposed,
+                    # soak seed 96000); a clone has the source's.  ``where`` lays its output out as
+                    # its first operand, a flag made like the old value (which it does not read).
+                    bsyms, value = self.record(
+                        lambda: ltorch.where(ltorch.full_like(old, True, dtype=dtypes.bool8), source, source)
+                    )
+                else:
+                    bsyms, value = self.record(lambda: ltorch.clone(source))
                 self.emit(bsyms, bsym)
                 borrowed = False
         if zero_gradient:
@@ -676,6 +688,13 @@ class _Functionalizer:
             # base instead (``t1 = t0[:2]; t1.copy_(c[:2]); c.mul_(2); return t1``, soak seed 92001).
             self.cur[g] = {_BASE: new_base} if borrowed else {_BASE: new_base, n: value}
             self.report.new_values.append((bsym, new_base))
+
+    def viewed_strictly_after(self, g: str, i: int) -> bool:
+        """A ``view`` (which needs strides it can view) of storage ``g`` comes after bsym ``i``."""
+        return any(
+            b.sym.id in _STRICT_VIEWS and any(self.info.group_of(a) == g for a in tensor_args(b)[:1])
+            for b in self.bsyms[i + 1 :]
+        )
 
     def overwrites_gradient(self, bsym: BoundSymbol, w: _Write, g: str) -> bool:
         """A whole-tensor write with grad, into storage gradients flow through, of a value that does
