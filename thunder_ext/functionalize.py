@@ -241,6 +241,7 @@ class _Functionalizer:
         self.trace, self.new_trace, self.bsyms = trace, new_trace, bsyms
         # Outputs of ops that may be views, to be taken as views (thunder_ext.stride_choices).
         self.assumed_views = assumed_views
+        self.last_strict_view: dict[str, int] | None = None  # storage group -> its last ``view``
         self.differentiable = differentiable
         self.executors = executors
         self.functional_inputs = functional_inputs
@@ -691,10 +692,13 @@ class _Functionalizer:
 
     def viewed_strictly_after(self, g: str, i: int) -> bool:
         """A ``view`` (which needs strides it can view) of storage ``g`` comes after bsym ``i``."""
-        return any(
-            b.sym.id in _STRICT_VIEWS and any(self.info.group_of(a) == g for a in tensor_args(b)[:1])
-            for b in self.bsyms[i + 1 :]
-        )
+        if self.last_strict_view is None:  # one walk, at the first question
+            self.last_strict_view = {
+                self.info.group_of(tensor_args(b)[0]): k
+                for k, b in enumerate(self.bsyms)
+                if b.sym.id in _STRICT_VIEWS and tensor_args(b)
+            }
+        return self.last_strict_view.get(g, -1) > i
 
     def overwrites_gradient(self, bsym: BoundSymbol, w: _Write, g: str) -> bool:
         """A whole-tensor write with grad, into storage gradients flow through, of a value that does

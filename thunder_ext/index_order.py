@@ -188,8 +188,9 @@ def split_overlapping_index_writes(
         report.split.append(f"{bsym.sym.name} of {tensor_args(bsym)[0].name} into {n} entries")
     if guards:  # before the body, where the roots are the caller's tensors
         at = next((k for k, b in enumerate(out) if not is_unpack(b)), len(out))
-        checks = [b for op, args in guards for b in at_source_of(record(new, lambda args=args: refuse_if_eager_sees_overlap(*args))[0], op)]
-        out[at:at] = checks
+        for op, args in reversed(guards):
+            made, _ = record(new, lambda args=args: refuse_if_eager_sees_overlap(*args))
+            out[at:at] = at_source_of(made, op)
         report.guarded = [describe(op) for op, _ in guards]
     new.bound_symbols = out
     new.set_provenance(TraceProvenance("Split overlapping index writes into one write per entry (thunder_ext)"))

@@ -254,7 +254,8 @@ def _choose_at_run_time(computation_trace: TraceCtx, config: stage_config.StageC
         try:
             return choice, *_place_and_refuse(both, placed)
         except StrideDependentViewError as e:
-            refusal.add_note(f"Not chosen at run time: with both answers, {e.args[0]}")
+            answers = "the copy answer" if refuse_views else "both answers"
+            refusal.add_note(f"Not chosen at run time: with {answers}, {e.args[0]}")
             raise refusal from None
         except InplaceOrderingError as e:
             # A refusal of both answers alike: its own reason is the one to give.
