@@ -179,6 +179,25 @@ def test_a_line_the_evidence_does_not_name_alone_stays_as_thunder_recorded_it(fn
     assert report.left == [f"{b.output.name} = reshape" for b in reshapes]
 
 
+def _write_what_batch_norm_saved(b, rm, rv):
+    t = torch.nn.functional.batch_norm(b, rm, rv, training=True)  # MARK: saving-op
+    with torch.no_grad():
+        b.add_(1.5)
+    return t
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_backward_read_names_the_forward_op_that_saved_its_value(entry):
+    """A backward bsym has no line; where it reads a value a forward op made (through barriers),
+    the message names that op's line."""
+    compiled = _compile(_write_what_batch_norm_saved, entry)
+    with pytest.raises(SavedTensorMutationError) as info:
+        compiled(torch.randn(4, 3, requires_grad=True) * 1, torch.zeros(3), torch.ones(3))
+    message = str(info.value)
+    assert "(backward)" in message and "saved at `" in message, message
+    assert f"{__file__}:{_line_of(_write_what_batch_norm_saved, 'MARK: saving-op')}" in message, message
+
+
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_a_bsym_without_a_recorded_line_says_where_it_belongs(entry):
     """Thunder records no line for the return or for its gradient rules' bsyms: the message says

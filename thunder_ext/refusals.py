@@ -54,6 +54,7 @@ from thunder_ext.op_kinds import (
     copies_without_grad,
     describe,
     effect_of,
+    in_backward,
     is_barrier,
     is_copy,
     is_detach,
@@ -62,6 +63,7 @@ from thunder_ext.op_kinds import (
     may_be_its_input,
     returned_data,
     returned_outputs,
+    source_line,
     tensor_args,
     tensor_outs,
     view_kind,
@@ -1309,10 +1311,30 @@ def refuse_saved_tensor_mutation(
         if write.source_filename is None and epilogue_writes:
             dests = [w.name for w in effect_of(write).writes]
             write = next((epilogue_writes[d] for d in dests if d in epilogue_writes), write)
+        saver = _forward_op_read(read, placed if placed is not None else joint)
         raise SavedTensorMutationError(
             "the forward writes in place to a tensor whose earlier value the backward reads (a value "
             "saved for backward), so the backward would read the new value. Eager PyTorch raises for "
-            "this when the tensor it saved is the one written. Clone the tensor before mutating it",
+            "this when the tensor it saved is the one written. Clone the tensor before mutating it"
+            + (f". The value read was saved at {describe(saver)}" if saver is not None else ""),
             write,
             read,
         )
+
+
+def _forward_op_read(read: BoundSymbol, trace: TraceCtx | None) -> BoundSymbol | None:
+    """The forward op (with a source line) whose value the backward bsym ``read`` reads, through
+    barriers: backward bsyms carry no line, so this is what names the user's op."""
+    if trace is None:
+        return None
+    producer = {p.name: b for b in trace.bound_symbols for p in b.flat_proxy_outs}
+    for a in tensor_args(read):
+        b = producer.get(a.name)
+        while b is not None and is_barrier(b):
+            outs, ins = tensor_outs(b), tensor_args(b)
+            k = next((j for j, o in enumerate(outs) if o.name == a.name), len(ins))
+            a = ins[k] if k < len(ins) else None
+            b = producer.get(a.name) if a is not None else None
+        if b is not None and not in_backward(b) and source_line(b) not in ("backward", "<unknown source>"):
+            return b
+    return None
