@@ -438,3 +438,17 @@ def test_a_refusal_claims_eagers_own_only_for_the_strides_eager_refuses():
         with pytest.raises(OverlappingSourceError, match="Eager refuses it too") as e:
             jf(torch.randn(3, 4).t())
         assert ("as for contiguous inputs" in str(e.value)) == qualified, str(e.value)
+
+
+def index_copy_without_grad_from_a_split(b, idx, w):
+    with torch.no_grad():
+        b.index_copy_(0, idx, b.split(2)[1])
+    return (b * w,)
+
+
+def test_the_run_time_overlap_check_with_gradients_around_it():
+    """``b`` requires grad, written under no-grad: the check reads a tensor autodiff tracks, and
+    the split answers with eager's values and gradients (``torch_compile_ex`` too)."""
+    make = lambda g: (torch.randn(3, 4).t().requires_grad_(g), torch.tensor([1, 0]), torch.randn(4, 3, requires_grad=g))  # noqa: E731
+    cells = judge_function(index_copy_without_grad_from_a_split, make, configs=CELLS, grad_modes=(True,)).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
