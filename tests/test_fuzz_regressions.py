@@ -4623,3 +4623,39 @@ def test_a_private_tensor_copied_into_keeps_its_strides_for_a_later_view():
     assert_matches_eager(
         copy_into_a_batch_norm_output_then_viewed, lambda g: (_transposed(False), *_stats()), grad_modes=(False,), configs=cells
     )
+
+
+def value_copied_into_an_input_then_read_in_other_strides(a, b):  # soak 97000, shortened
+    with torch.no_grad():
+        a.add_(b)
+    t0 = b - a  # laid out as b: Inductor's loop for it is not the copy's
+    t0 += t0
+    return (t0,)
+
+
+def adam_like_update(p, g, m, v):
+    with torch.no_grad():
+        m.mul_(0.9).add_(g, alpha=0.1)
+        v.mul_(0.999).addcmul_(g, g, value=0.001)
+        p.addcdiv_(m, v.sqrt().add_(1e-8), value=-0.01)
+    return ()
+
+
+def test_a_value_copied_into_an_input_and_read_in_other_strides_keeps_the_epilogue_out_of_the_region():
+    """Was silently wrong with ``torch_compile_ex`` (soak seed 97000; plain Thunder too, plain
+    ``torch.compile`` right): with the epilogue in the region, Inductor computed ``b - a`` in
+    ``b``'s order from ``a`` already written.  The same happens to Adam's update where ``p`` and
+    its gradient are transposed and the states are not.  A copied value read by another op of
+    the region now keeps the copies after it (``inductor_regions.epilogue_fits_a_region``)."""
+    assert_matches_eager(
+        value_copied_into_an_input_then_read_in_other_strides,
+        lambda g: (_x(False), _transposed(False)),
+        grad_modes=(False,),
+        configs=ALL_CELLS,
+    )
+    assert_matches_eager(
+        adam_like_update,
+        lambda g: (_transposed(False), _transposed(False), _x(False).abs(), _x(False).abs()),
+        grad_modes=(False,),
+        configs=ALL_CELLS,
+    )

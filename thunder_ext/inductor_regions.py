@@ -977,17 +977,20 @@ def epilogue_fits_a_region(bsyms: list[BoundSymbol], epilogue_inputs: frozenset[
             values.update(p.name for p in tensor_outs(b))
         elif tensor_args(b) or tensor_outs(b):
             return False  # not a pure value before it
-    # A value copied into an input and also reduced (``a.mul_(-0.5); rm.add_(a.mean(0))`` as
-    # values): Inductor inlines the value into the reduction's loop, recomputed from the input,
-    # which the copy may already have written there (torch 2.11; plain torch.compile is right,
-    # applying input writes after its graph; soak seed 95000).  Unfused, the copies come after.
-    fed = {c.args[0].name for c in copies if isinstance(c.args[0], TensorProxy)}
+    # A value copied into an input and read by another op of the region: Inductor may inline the
+    # value into that op's loop, recomputed from the input, which the copy may already have
+    # written there.  Seen where the op is a reduction (``a.mul_(-0.5); rm.add_(a.mean(0))``,
+    # soak seed 95000) and where its loop follows other strides than the input's (``a.add_(b);
+    # return b - a`` with ``b`` transposed, soak seed 97000; Adam's update with ``p`` and its
+    # gradient transposed, its states not).  Torch 2.11, plain Thunder too; plain torch.compile is
+    # right, applying input writes after its graph.  The strides are the caller's, so any such
+    # read keeps the copies after the region.
+    copied = {c.args[0].name for c in copies if isinstance(c.args[0], TensorProxy)}
     for b in bsyms:
-        if any(b is c for c in copies) or not any(p.name in fed for p in tensor_args(b)):
+        if any(b is c for c in copies) or is_return(b) or is_barrier(b):
             continue
-        if _reduces(b):
+        if any(p.name in copied for p in tensor_args(b)):
             return False
-        fed.update(p.name for p in tensor_outs(b))
     # Each copied value is computed by the region: not an input (unpacked, or a barrier's name of one).
     return bool(copies) and all(
         isinstance(c.args[0], TensorProxy) and c.args[0].name in values
