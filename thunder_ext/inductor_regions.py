@@ -940,9 +940,10 @@ def epilogue_fits_a_region(bsyms: list[BoundSymbol], epilogue_inputs: frozenset[
     Inductor then stores each new value straight into its input, where otherwise the region
     returns one new tensor per written input and an eager ``copy_`` follows it (``foreach_copy_``
     after ``batched_copies``): an allocation and a call per step of an optimizer.  Only a region of
-    the shape Inductor gets right: the forward computes values only (:func:`_pure_value`: SGD's,
-    Adam's and the EMA's updates), then the epilogue copies of those values into inputs that
-    share no storage, then the return; no backward.  Every program
+    the shape Inductor gets right: the forward computes values only (:func:`_pure_value`: plain
+    SGD's and the EMA's updates), then the epilogue copies of those values into inputs that
+    share no storage, then the return; no backward; and no copied value read by another op
+    (SGD with momentum and Adam read their new states: below).  Every program
     :func:`unfuse_epilogue`'s docstring lists has a clone, a scatter or an opaque op before its
     epilogue, and keeps it out of the region.
 
