@@ -224,6 +224,35 @@ def test_a_write_through_contiguous_which_may_be_the_tensor_itself_is_answered(c
     _assert_eager(contiguous_written_after_its_base_got_a_gradient, _contiguous, config, True)
 
 
+def contiguous_of_a_matmul_then_written(a, c):  # soak seed 97000, shortened
+    t1 = a @ a.t()  # laid out contiguously, whatever a's strides
+    t3 = t1.contiguous()  # t1 itself
+    t1.add_(1.5)
+    t1[0] = -0.5
+    return t3[:, :3] * c, t1
+
+
+def reshape_of_a_transposed_matmul_then_written(a, c):
+    v = (a.t() @ a).t()  # a transpose of a contiguous result
+    r = v.reshape(-1)  # a copy, whatever a's strides
+    v.mul_(2)
+    return r * 2, v * c[:3, :3]
+
+
+@pytest.mark.parametrize("config", JIT, ids=config_id)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("fn", [contiguous_of_a_matmul_then_written, reshape_of_a_transposed_matmul_then_written], ids=lambda f: f.__name__)
+def test_an_op_on_a_matmuls_result_is_answered_when_compiled(fn, layout, config):
+    """Was a needless StrideDependentViewError (soak seed 97000, grad; plain Thunder right): a
+    matmul's result is laid out contiguously whatever the inputs' strides, so the answer (a view,
+    or a copy) is known when the function is compiled: one program, no flag."""
+    _assert_eager(fn, LAYOUTS[layout], config, False)
+    v = differential(_build(fn, LAYOUTS[layout], True), config)
+    assert v.status == "correct", v.detail
+    choices = last_reports(v.outcome.compiled)[0].before_autodiff.stride_choices
+    assert choices is not None and choices.worlds == 1 and not choices.flags, choices
+
+
 def _eager_is_view(t: torch.Tensor, kind: str, shape: tuple) -> bool:
     out = t.contiguous() if kind == "contiguous" else t.reshape(shape)
     return out is t if kind == "contiguous" else out.data_ptr() == t.data_ptr() and out._base is not None

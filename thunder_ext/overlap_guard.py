@@ -122,8 +122,8 @@ def guard_arguments(
         src_roots, src_recipe = layout_recipe(src.name, bsyms, info, made_at, whole)
     except NoRecipe:
         return None
-    if dst_roots != src_roots:
-        return None
+    if not dst_roots or dst_roots != src_roots:
+        return None  # no input's strides decide (the check made now stands), or two inputs
     if key is not None:  # eager's copy goes into the part the key selects
         dst_recipe = (*dst_recipe, ("torch.Tensor.__getitem__", (None, key), (), ((0, len(dst_recipe) - 1),)))
     roots = tuple(proxy_named(bsyms, r) for r in dst_roots)

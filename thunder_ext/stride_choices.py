@@ -94,6 +94,9 @@ _CHAIN_OPS = frozenset(
         "diagonal", "expand", "movedim", "unflatten", "swapaxes",
     }
 )  # fmt: skip
+# Ops whose result eager lays out contiguously, whatever their inputs' strides (ATen allocates it
+# so): a recipe makes it as ``torch.empty`` of its shape.
+_CONTIGUOUS_RESULTS = frozenset({"matmul", "mm", "bmm"})
 # View ops with several outputs, one of which the recipe takes (a step of ``operator.getitem``).
 _SPLIT_OPS = frozenset({"split", "chunk", "unbind", "tensor_split"})
 # A recipe's length past which the program is left as it was (each step runs on every call).
@@ -144,6 +147,18 @@ def run_recipe(roots: Sequence[torch.Tensor], recipe: tuple) -> torch.Tensor:
     return values[-1]
 
 
+def _is_view(t: torch.Tensor, kind: str, shape: tuple) -> bool:
+    """Whether ``reshape`` of ``t`` to ``shape`` is a view (``view`` accepts the same strides), or
+    ``contiguous`` returns ``t`` itself."""
+    if kind == "contiguous":
+        return t.is_contiguous()
+    try:
+        t.view(shape)
+        return True
+    except RuntimeError:
+        return False
+
+
 # Each answer, by recipe and the roots' shapes, strides and dtypes: the meta ops of a recipe cost
 # far more than the lookup, and every call (and every flag of one choice) asks again.
 _ANSWERS: dict[tuple, bool] = {}
@@ -163,15 +178,7 @@ def _is_view_at_run_time(
     key = (repr(recipe), kind, tuple(shape), layouts)
     answer = _ANSWERS.get(key)
     if answer is None:
-        t = run_recipe(roots, recipe)
-        if kind == "contiguous":
-            answer = t.is_contiguous()
-        else:
-            try:
-                t.view(shape)
-                answer = True
-            except RuntimeError:
-                answer = False
+        answer = _is_view(run_recipe(roots, recipe), kind, shape)
         if len(_ANSWERS) >= 4096:
             _ANSWERS.clear()
         _ANSWERS[key] = answer
@@ -208,6 +215,9 @@ class StrideChoice:
     recipe: tuple  # the views and pointwise ops from ``roots`` to the op's input (:func:`run_recipe`)
     kind: str  # 'reshape' or 'contiguous'
     shape: tuple[int, ...]  # the output's shape
+    # The answer where no input's strides decide (the op's input laid out by an op of fixed
+    # layout, a matmul's result): known when the function is compiled, and no flag is made.
+    fixed: bool | None = None
 
 
 @dataclass
@@ -268,7 +278,8 @@ def find_stride_choices(bsyms: Sequence[BoundSymbol], info: AliasInfo) -> tuple[
             return [], f"the steps that make `{x.name}` do not run on meta tensors ({type(e).__name__}: {e})"
         if tuple(tried.shape) != tuple(x.shape):
             return [], f"the steps that make `{x.name}` give the shape {tuple(tried.shape)} on meta tensors"
-        choices.append(StrideChoice(i, tuple(proxy_named(bsyms, r) for r in roots), recipe, kind, shape))
+        fixed = None if roots else _is_view(tried, kind, shape)  # no input's strides decide: the answer is now
+        choices.append(StrideChoice(i, tuple(proxy_named(bsyms, r) for r in roots), recipe, kind, shape, fixed))
     if len(choices) > MAX_CHOICES:
         return [], f"{len(choices)} such ops (at most {MAX_CHOICES})"
     return choices, ""
@@ -293,8 +304,9 @@ def layout_recipe(
     them (for :func:`run_recipe`): views of :data:`_CHAIN_OPS` (or one output of a
     :data:`_SPLIT_OPS`), pointwise ops (whose output eager
     lays out by their inputs' strides) and factories shaped like their argument, through in-place
-    ops (whose output is the tensor they wrote).  Raises :class:`NoRecipe` with the reason where
-    another op stands between (a matmul, a reduction, a reshape that may copy)."""
+    ops (whose output is the tensor they wrote), from a matmul's result (laid out contiguously).
+    No roots where no trace input's strides matter.  Raises :class:`NoRecipe` with the reason
+    where another op stands between (a reduction, a reshape that may copy)."""
     roots: list[str] = []
     steps: list[tuple] = []
     number: dict[str, int] = {}  # a name already made -> its value's number
@@ -320,6 +332,12 @@ def layout_recipe(
             raise NoRecipe(f"`{n}` is made outside the trace's body")
         b = bsyms[k]
         outs = tensor_outs(b)
+        if b.sym.name in _CONTIGUOUS_RESULTS and len(outs) == 1 and not info.effects[k].writes:
+            # A new tensor laid out contiguously whatever its inputs' strides: a step of its own.
+            o = outs[0]
+            steps.append(("torch.empty", (tuple(int(d) for d in o.shape),), (("dtype", dtypes.to_torch_dtype(o.dtype)), ("device", "meta")), ()))
+            number[n] = len(steps) - 1
+            return number[n]
         fn = _torch_callable(b.sym.id)
         split = b.sym.name in _SPLIT_OPS
         layout_op = split or b.sym.name in _CHAIN_OPS or _is_pointwise(b.sym.name) or is_like_factory(b)
@@ -355,9 +373,7 @@ def layout_recipe(
         return number[n]
 
     value(name)
-    if not roots:
-        raise NoRecipe("no trace input")  # a factory's: its layout is the op's own
-    return roots, tuple(steps)
+    return roots, tuple(steps)  # no roots: a layout the trace fixes
 
 
 def _defined(bsym: BoundSymbol) -> list[Proxy]:
@@ -435,7 +451,8 @@ def choose_at_run_time(
                 flag_bsyms.extend(at_source_of(made, bsyms[c.index]))
             return flag_of[k, shape]
 
-        worlds = list(itertools.product((True, False), repeat=len(choices)))  # True: the op is a view
+        # True: the op is a view; a fixed answer is the only one of its op.
+        worlds = list(itertools.product(*(((c.fixed,) if c.fixed is not None else (True, False)) for c in choices)))
         if refuse_views:
             worlds = [tuple(False for _ in choices)]
             for c in choices:  # kept though nothing reads them: their effect is the refusal
@@ -483,7 +500,7 @@ def choose_at_run_time(
                 return versions[0]
             if not isinstance(p, TensorProxy):
                 raise _NotOneAnswer(p.name)
-            flags = [flag(k, tuple(p.shape)) for k in range(len(choices))]
+            flags = [flag(k, tuple(p.shape)) for k, c in enumerate(choices) if c.fixed is None]
             made, value = record(new, lambda: _where_all(flags, versions))
             made = at_source_of(made, bsyms[choices[0].index])
             out.extend(made)

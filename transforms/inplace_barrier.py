@@ -266,8 +266,8 @@ def _choose_at_run_time(computation_trace: TraceCtx, config: stage_config.StageC
     if report.eager_raises_if_view:
         # Eager raises for the view answer (a write through a view older than its storage's
         # gradient): the program is the copy answer alone, and the view's strides are refused.
-        if len(choice.chosen) > 1:
-            refusal.add_note("Not chosen at run time: eager raises for the view answer of one of two ops.")
+        if len(choice.chosen) > 1 or any(c.fixed is not None for c in choices):
+            refusal.add_note("Not chosen at run time: eager raises for the view answer, which the strides may give.")
             raise refusal
         message = refusal_message(True, report.eager_raises_if_view[0], eager_raises=True)
         choice, both, placed, new, report, stripped, overlaps = written_out(refuse_views=message)
