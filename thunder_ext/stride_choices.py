@@ -44,6 +44,10 @@ After (abbreviated; each flag is made in the shape of what it selects)::
     t16 = ltorch.where(f0, t6, t13)             # the returned t0 in each answer
     return (t16, t14)
 
+Where no input's strides decide (the op's input is a matmul's result, or a view of one, which
+eager lays out contiguously), the answer is known when the function is compiled: one world, no
+flag (``StrideChoice.fixed``).
+
 The barrier pass then makes both worlds values.  It is used only where the plain pipeline
 refused for this reason, and kept only where every write of both worlds became a value: a
 world left in place would write with the op's run-time behaviour, not its assumption.
@@ -335,7 +339,8 @@ def layout_recipe(
         if b.sym.name in _CONTIGUOUS_RESULTS and len(outs) == 1 and not info.effects[k].writes:
             # A new tensor laid out contiguously whatever its inputs' strides: a step of its own.
             o = outs[0]
-            steps.append(("torch.empty", (tuple(int(d) for d in o.shape),), (("dtype", dtypes.to_torch_dtype(o.dtype)), ("device", "meta")), ()))
+            shape = tuple(int(d) for d in o.shape)
+            steps.append(("torch.empty", (shape,), (("dtype", dtypes.to_torch_dtype(o.dtype)), ("device", "meta")), ()))
             number[n] = len(steps) - 1
             return number[n]
         fn = _torch_callable(b.sym.id)
@@ -632,12 +637,11 @@ def refusal_message(answer: bool, why: str, *, eager_raises: bool = False) -> st
     )
 
 
-def refuse_at_run_time(trace: TraceCtx, report: StrideChoiceReport, answer: bool, why: str, *, eager_raises: bool = False) -> TraceCtx:
-    """``trace`` with each flag raising, at run time, where the strides give ``answer``: because
-    eager's gradients differ from the program's there (``why`` says how), or because eager
-    raises there (``eager_raises``, ``why`` says where)."""
+def refuse_at_run_time(trace: TraceCtx, report: StrideChoiceReport, answer: bool, why: str) -> TraceCtx:
+    """``trace`` with each flag raising, at run time, where the strides give ``answer``: eager's
+    gradients differ from the program's there (``why`` says how)."""
     report.refused_at_run_time = "view" if answer else "copy"
-    message = refusal_message(answer, why, eager_raises=eager_raises)
+    message = refusal_message(answer, why)
     new = from_trace(trace)
     new.bound_symbols = [
         b.from_bsym(args=(*b.args[:5], answer, message)) if b.sym is is_view_at_run_time else b
