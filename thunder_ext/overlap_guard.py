@@ -39,7 +39,7 @@ from thunder.extend import OperatorExecutor
 
 from thunder_ext.alias_analysis import AliasInfo, proxy_named
 from thunder_ext.op_kinds import describe
-from thunder_ext.stride_choices import NoRecipe, layout_recipe, recipe_context, run_recipe
+from thunder_ext.stride_choices import NoRecipe, layout_recipe, meta_like, recipe_context, run_recipe
 
 
 def _dense(t: torch.Tensor) -> bool:
@@ -128,7 +128,7 @@ def guard_arguments(
         dst_recipe = (*dst_recipe, ("torch.Tensor.__getitem__", (None, key), (), ((0, len(dst_recipe) - 1),)))
     roots = tuple(proxy_named(bsyms, r) for r in dst_roots)
     try:  # tried once now, on contiguous roots: a recipe that cannot run would fail every call
-        metas = [torch.empty(tuple(r.shape), dtype=dtypes.to_torch_dtype(r.dtype), device="meta") for r in roots]
+        metas = [meta_like(r) for r in roots]
         run_recipe(metas, dst_recipe), run_recipe(metas, src_recipe)
     except Exception:
         return None

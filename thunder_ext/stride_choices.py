@@ -128,7 +128,8 @@ def _is_pointwise(name: str) -> bool:
     return bool(overloads) and torch.Tag.pointwise in getattr(packet, overloads[0]).tags
 
 
-def _meta_like(p: TensorProxy) -> torch.Tensor:
+def meta_like(p: TensorProxy) -> torch.Tensor:
+    """A contiguous meta tensor of ``p``'s shape and dtype: a recipe's trial root."""
     return torch.empty(tuple(p.shape), dtype=dtypes.to_torch_dtype(p.dtype), device="meta")
 
 
@@ -277,7 +278,7 @@ def find_stride_choices(bsyms: Sequence[BoundSymbol], info: AliasInfo) -> tuple[
         # Tried once now, on contiguous inputs: a step whose torch function takes Thunder's
         # arguments otherwise would fail on every call.
         try:
-            tried = run_recipe([_meta_like(proxy_named(bsyms, r)) for r in roots], recipe)
+            tried = run_recipe([meta_like(proxy_named(bsyms, r)) for r in roots], recipe)
         except Exception as e:
             return [], f"the steps that make `{x.name}` do not run on meta tensors ({type(e).__name__}: {e})"
         if tuple(tried.shape) != tuple(x.shape):
