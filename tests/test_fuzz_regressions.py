@@ -4659,3 +4659,20 @@ def test_a_value_copied_into_an_input_and_read_in_other_strides_keeps_the_epilog
         grad_modes=(False,),
         configs=ALL_CELLS,
     )
+
+
+def mean_of_a_transposed_input_then_written(a):  # soak 98000, the program as found
+    t0 = a.mean(0)  # contiguous, whatever a's strides
+    t1 = t0.contiguous()  # t0 itself
+    t0.sub_(-0.5)
+    t0[1:] = 1.5
+    F.leaky_relu(t1, 0.1, inplace=True)
+    return (t1, a, t0)
+
+
+def test_a_write_after_contiguous_of_a_reduction_is_answered():
+    """Was a needless ``StrideDependentViewError`` with grad (soak seed 98000, plain Thunder
+    right): the transform did not know a reduction's layout, so could not tell whether
+    ``contiguous`` returned ``t0`` itself.  A reduction's result is contiguous whatever its
+    input's strides: the answer is fixed when compiling (one program, no run-time flag)."""
+    assert_answered_in_every_cell(mean_of_a_transposed_input_then_written, lambda g: (_transposed(g),))

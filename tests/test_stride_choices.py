@@ -253,6 +253,65 @@ def test_an_op_on_a_matmuls_result_is_answered_when_compiled(fn, layout, config)
     assert choices is not None and choices.worlds == 1 and not choices.flags, choices
 
 
+def contiguous_of_a_mean_then_written(a, b):  # soak seed 98000, shortened
+    t0 = (a * b).mean(0)  # laid out contiguously, whatever b's strides
+    t1 = t0.contiguous()  # t0 itself
+    t0.sub_(-0.5)
+    t0[1:] = 1.5
+    return t1 * 2, t0
+
+
+def reshape_of_a_kept_dim_sum_then_written(a, b):
+    t = (a + b).sum(1, keepdim=True).t()  # a transpose of a contiguous (4, 1) result
+    w = t.reshape(2, 2)  # a view, whatever b's strides
+    t.mul_(a[:, :1].t())
+    return w * 2, t
+
+
+@pytest.mark.parametrize("config", JIT, ids=config_id)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("fn", [contiguous_of_a_mean_then_written, reshape_of_a_kept_dim_sum_then_written], ids=lambda f: f.__name__)
+def test_an_op_on_a_reductions_result_is_answered_when_compiled(fn, layout, config):
+    """Was a needless StrideDependentViewError (soak seed 98000, grad; plain Thunder right): a
+    reduction's result is laid out contiguously whatever its input's strides, as a matmul's is."""
+    _assert_eager(fn, LAYOUTS[layout], config, False)
+    v = differential(_build(fn, LAYOUTS[layout], True), config)
+    assert v.status == "correct", v.detail
+    choices = last_reports(v.outcome.compiled)[0].before_autodiff.stride_choices
+    assert choices is not None and choices.worlds == 1 and not choices.flags, choices
+
+
+def _reductions() -> list[str]:
+    """ATen's ops tagged ``reduction`` that torch exposes as functions."""
+    names = []
+    for name in dir(torch.ops.aten):
+        packet = getattr(torch.ops.aten, name, None)
+        overloads = packet.overloads() if isinstance(packet, torch._ops.OpOverloadPacket) else []
+        if overloads and torch.Tag.reduction in getattr(packet, overloads[0]).tags and hasattr(torch, name):
+            names.append(name)
+    return sorted(names)
+
+
+def test_every_reduction_lays_its_result_out_contiguously():
+    """The rule the recipe relies on, checked against eager on a permuted input, with and without
+    kept dimensions, for every ATen reduction torch exposes."""
+    from thunder_ext.stride_choices import _is_contiguous_result
+
+    x = torch.randn(2, 3, 4, 5).permute(3, 1, 0, 2)
+    seen = 0
+    for name in _reductions():
+        assert _is_contiguous_result(name), name
+        for kwargs in ({}, {"dim": 1}, {"dim": 1, "keepdim": True}, {"dim": (0, 2)}, {"dim": (0, 2), "keepdim": True}):
+            try:
+                out = getattr(torch, name)(x, **kwargs)
+            except (TypeError, RuntimeError):
+                continue  # no such overload
+            for t in out if isinstance(out, tuple) else (out,):
+                seen += 1
+                assert t.is_contiguous(), (name, kwargs, t.stride())
+    assert seen > 40, seen
+
+
 def _eager_is_view(t: torch.Tensor, kind: str, shape: tuple) -> bool:
     out = t.contiguous() if kind == "contiguous" else t.reshape(shape)
     return out is t if kind == "contiguous" else out.data_ptr() == t.data_ptr() and out._base is not None

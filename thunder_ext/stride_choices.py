@@ -99,8 +99,11 @@ _CHAIN_OPS = frozenset(
     }
 )  # fmt: skip
 # Ops whose result eager lays out contiguously, whatever their inputs' strides (ATen allocates it
-# so): a recipe makes it as ``torch.empty`` of its shape.
+# so): a recipe makes it as ``torch.empty`` of its shape.  Reductions (ATen's ``reduction`` tag:
+# ``sum``, ``mean``, ``amax``, ``var`` ...) are among them: ATen allocates the kept-dims result
+# contiguously and squeezes it.
 _CONTIGUOUS_RESULTS = frozenset({"matmul", "mm", "bmm"})
+_CONTIGUOUS_RESULT_TAGS = (torch.Tag.reduction,)
 # View ops with several outputs, one of which the recipe takes (a step of ``operator.getitem``).
 _SPLIT_OPS = frozenset({"split", "chunk", "unbind", "tensor_split"})
 # A recipe's length past which the program is left as it was (each step runs on every call).
@@ -120,12 +123,22 @@ def _torch_callable(sym_id: str):
     return fn if callable(fn) else None
 
 
-def _is_pointwise(name: str) -> bool:
-    """Whether ATen's op of that name is pointwise (its first overload is tagged so): eager lays
-    its output out by its inputs' strides (TensorIterator), as the op does on meta tensors."""
+def _aten_tags(name: str) -> tuple:
+    """The tags of ATen's op of that name (its first overload), or none."""
     packet = getattr(torch.ops.aten, name, None)
     overloads = packet.overloads() if packet is not None else []
-    return bool(overloads) and torch.Tag.pointwise in getattr(packet, overloads[0]).tags
+    return tuple(getattr(packet, overloads[0]).tags) if overloads else ()
+
+
+def _is_pointwise(name: str) -> bool:
+    """Whether ATen's op of that name is pointwise: eager lays its output out by its inputs'
+    strides (TensorIterator), as the op does on meta tensors."""
+    return torch.Tag.pointwise in _aten_tags(name)
+
+
+def _is_contiguous_result(name: str) -> bool:
+    """Whether eager lays the op's result out contiguously whatever its inputs' strides."""
+    return name in _CONTIGUOUS_RESULTS or any(t in _aten_tags(name) for t in _CONTIGUOUS_RESULT_TAGS)
 
 
 def meta_like(p: TensorProxy) -> torch.Tensor:
@@ -309,9 +322,10 @@ def layout_recipe(
     them (for :func:`run_recipe`): views of :data:`_CHAIN_OPS` (or one output of a
     :data:`_SPLIT_OPS`), pointwise ops (whose output eager
     lays out by their inputs' strides) and factories shaped like their argument, through in-place
-    ops (whose output is the tensor they wrote), from a matmul's result (laid out contiguously).
+    ops (whose output is the tensor they wrote), from a matmul's or a reduction's result (laid out
+    contiguously).
     No roots where no trace input's strides matter.  Raises :class:`NoRecipe` with the reason
-    where another op stands between (a reduction, a reshape that may copy)."""
+    where another op stands between (a scan, a reshape that may copy)."""
     roots: list[str] = []
     steps: list[tuple] = []
     number: dict[str, int] = {}  # a name already made -> its value's number
@@ -337,7 +351,7 @@ def layout_recipe(
             raise NoRecipe(f"`{n}` is made outside the trace's body")
         b = bsyms[k]
         outs = tensor_outs(b)
-        if b.sym.name in _CONTIGUOUS_RESULTS and len(outs) == 1 and not info.effects[k].writes:
+        if _is_contiguous_result(b.sym.name) and len(outs) == 1 and not info.effects[k].writes:
             # A new tensor laid out contiguously whatever its inputs' strides: a step of its own.
             o = outs[0]
             shape = tuple(int(d) for d in o.shape)
