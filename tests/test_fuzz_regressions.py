@@ -4676,3 +4676,28 @@ def test_a_write_after_contiguous_of_a_reduction_is_answered():
     ``contiguous`` returned ``t0`` itself.  A reduction's result is contiguous whatever its
     input's strides: the answer is fixed when compiling (one program, no run-time flag)."""
     assert_answered_in_every_cell(mean_of_a_transposed_input_then_written, lambda g: (_transposed(g),))
+
+
+def index_copy_from_a_strided_view_of_a_private_value(a, idx):  # soak 98000, the program as found
+    t0 = a @ a.t()
+    t1 = a - 0.5  # carries a's gradient
+    t2 = t1[::2]
+    t1.index_copy_(0, idx, t2)  # reads rows of t1 it may have written: split one entry at a time
+    t1[1:] = 0.5
+    return (t0,)
+
+
+def test_an_overlapping_index_write_with_gradients_is_split_keeping_eager_s_gradient():
+    """Was a needless ``OverlappingSourceError`` with grad (soak seed 98000, plain Thunder right):
+    an index write that carries gradients was left whole and refused.  It is now split too, with
+    grad disabled, after the op computed whole has given the destination eager's history."""
+    import thunder
+
+    from thunder_ext import InplaceBarrierTransform
+
+    fn = index_copy_from_a_strided_view_of_a_private_value
+    assert_answered_in_every_cell(fn, lambda g: (_x(g), torch.tensor([1, 0])))
+    jf = thunder.jit(fn, transforms=[InplaceBarrierTransform()])
+    jf(_x(True), torch.tensor([1, 0]))
+    split = last_reports(jf)[0].overlaps.split
+    assert split.gradient_kept and split.split, split

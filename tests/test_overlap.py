@@ -204,12 +204,16 @@ def setitem_from_columns_shifted_by_one_of_a_non_leaf(a):
     "fn",
     [index_copy_from_a_strided_view_it_overwrites, index_add_from_a_strided_view, setitem_from_columns_shifted_by_one_of_a_non_leaf],
 )
-def test_index_write_with_gradients_is_not_split(fn):
+def test_index_write_with_gradients_is_split_with_eager_s_gradient(fn):
     """Eager's backward reads the source as it was before the op, its forward as the kernel goes:
-    one functional program cannot give both, so a split write with gradients is refused."""
+    the op computed whole gives the history, the split without grad the values.  No cell is
+    refused for the overlap any more (the index writes meet refusals of their own: a view read
+    after the write, an input that requires grad written), and the ``setitem_`` is answered."""
     cells = judge_function(fn, lambda g: (_non_leaf(g),), grad_modes=(True,), configs=CELLS).cells
     assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
-    assert all("OverlappingSourceError" in c.detail for c in cells), "\n".join(map(str, cells))
+    assert not any("OverlappingSourceError" in c.detail for c in cells), "\n".join(map(str, cells))
+    if fn is setitem_from_columns_shifted_by_one_of_a_non_leaf:
+        assert all(c.status == "correct" for c in cells), "\n".join(map(str, cells))
 
 
 def test_setitem_is_reported_and_runs_as_a_copy_into_its_view():
@@ -239,9 +243,12 @@ def test_setitem_with_a_tensor_key_is_left_whole_and_refused():
         a[:, torch.tensor([1, 2])] = a[:, :2]
         return (a,)
 
-    jf = thunder.jit(fn, transforms=[InplaceBarrierTransform()])
-    with pytest.raises(OverlappingSourceError, match="setitem_"):
-        jf(torch.randn(4, 3))
+    from thunder.executors.torch_compile import torch_compile_ex
+
+    for executors in (None, [torch_compile_ex, *thunder.get_default_executors()]):  # Inductor's order was silently wrong
+        jf = thunder.jit(fn, executors=executors, transforms=[InplaceBarrierTransform()])
+        with pytest.raises(OverlappingSourceError, match="setitem_"):
+            jf(torch.randn(4, 3))
 
 
 def test_split_is_reported_and_each_entry_is_one_write():
@@ -263,16 +270,24 @@ def test_split_is_reported_and_each_entry_is_one_write():
 
 
 @pytest.mark.parametrize(
-    "fn, refused_with",
-    [(private_copy_from_columns_shifted_by_one, "torch_compile"), (private_setitem_from_columns_shifted_by_one, "torch_compile")],
-    ids=lambda x: getattr(x, "__name__", x),
+    "fn",
+    [private_copy_from_columns_shifted_by_one, private_setitem_from_columns_shifted_by_one, setitem_from_columns_shifted_by_one],
+    ids=lambda f: f.__name__,
 )
-def test_copy_is_kept_in_place_or_refused_by_executor(fn, refused_with):
-    """``KEPT_IN_PLACE``: where the executor's copy reads its source first, the copy is refused."""
-    cells = judge_function(fn, lambda g: (_a(g),), grad_modes=(False,), configs=CELLS).cells
-    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
-    for c in cells:
-        assert ("OverlappingSourceError" in c.detail) == (c.config.executors == refused_with), str(c)
+def test_an_overlapping_copy_runs_by_eager_s_kernel_with_every_executor(fn):
+    """``KEPT_IN_PLACE``: the copy stays in place and reads its source as eager's kernel does.
+    Under ``torch_compile_ex`` it runs outside the Inductor region (``eager_copy_``): Inductor's
+    own loop read old values where eager reads new ones (on an AVX2 machine; silently wrong)."""
+    import thunder
+    from thunder.executors.torch_compile import torch_compile_ex
+
+    from thunder_ext import InplaceBarrierTransform
+
+    cells = judge_function(fn, lambda g: (_a(g),), grad_modes=(False,), configs=(*CELLS, *FX_CELLS)).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+    jf = thunder.jit(fn, executors=[torch_compile_ex, *thunder.get_default_executors()], transforms=[InplaceBarrierTransform()])
+    jf(torch.randn(4, 3))
+    assert "eager_copy_(" in str(thunder.last_traces(jf)[-1])
 
 
 def test_refusal_names_the_op_the_source_and_the_line():

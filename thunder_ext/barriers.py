@@ -86,7 +86,7 @@ from thunder_ext.op_kinds import (
 )
 from thunder_ext.executor_policies import policies_for
 from thunder_ext.functionalize import InputPolicy, functionalize
-from thunder_ext.inductor_regions import epilogue_fits_a_region, unfuse_epilogue, unfuse_scatters
+from thunder_ext.inductor_regions import eager_overlapping_copies, epilogue_fits_a_region, unfuse_epilogue, unfuse_scatters
 from thunder_ext.remat_guard import (
     BarrierSymbols,
     barrier_symbols,
@@ -1134,6 +1134,7 @@ def _unfused(trace, options: PlacementOptions, out: list[BoundSymbol]) -> tuple[
     config = options.config
     if options.symbols.inductor:
         out = unfuse_scatters(out)[0]
+        out = eager_overlapping_copies(out, input_names(trace))[0]
         if config.epilogue_inputs and epilogue_fits_a_region(out, config.epilogue_inputs):
             return out, 0, sum(1 for b in out if is_copy(b))  # the epilogue's, the region's only copies
         if config.epilogue_inputs:

@@ -17,6 +17,7 @@ from thunder.extend import OperatorExecutor
 
 _EXECUTOR: list[OperatorExecutor] = []
 _FOREACH_COPY: list[object] = []
+_COPY: list[object] = []
 
 
 def eager_executor() -> OperatorExecutor:
@@ -51,3 +52,23 @@ def foreach_copy():
             )
         )
     return _FOREACH_COPY[0]
+
+
+def _copy_meta(source, destination):
+    from thunder.core.proxies import TensorProxy
+
+    return TensorProxy(like=destination)
+
+
+def _copy_impl(source: torch.Tensor, destination: torch.Tensor) -> torch.Tensor:
+    return destination.copy_(source)
+
+
+def eager_copy():
+    """The symbol ``eager_copy_(source, destination)``: ``destination.copy_(source)`` by PyTorch's
+    own kernel, in ``prims.copy_``'s argument order.  For a copy whose source overlaps what it
+    writes: eager's kernel reads the source as it goes, and no fusion executor's copy promises that
+    order (:func:`thunder_ext.inductor_regions.eager_overlapping_copies`).  Never dead code."""
+    if not _COPY:
+        _COPY.append(eager_executor().register_operator("eager_copy_", meta=_copy_meta, fn=_copy_impl, tags=(prims.OpTags.DONT_DCE,)))
+    return _COPY[0]

@@ -37,22 +37,34 @@ view and that ``copy_``, which Thunder runs in place, as eager does (soak seed 4
 
 (a later read of the ``setitem_``'s result reads its destination, the storage the ``copy_`` wrote).
 
+A write that carries gradients is split too.  Eager's forward reads rows as its kernel goes, but
+its backward routes each gradient to the source as it was before the op: the gradient of the op
+computed whole.  So the op is first computed whole and copied in with grad, which gives the
+destination that history; its old values are put back, and the split runs with grad disabled,
+which writes eager's values and keeps the history it finds (as a write under ``torch.no_grad()``
+does)::
+
+    before                                      after (idx has 2 entries; † made without grad)
+    t1 = ltorch.sub(a, 0.5)                     t1 = ltorch.sub(a, 0.5)
+    t2 = ltorch.getitem(t1, slice(None, None, 2))   t2 = ltorch.getitem(t1, slice(None, None, 2))
+    t3 = ltorch.index_copy_(t1, 0, idx, t2)     k = ltorch.clone(t1)                      †
+                                                w = ltorch.index_copy(t1, 0, idx, t2)
+                                                t4 = ltorch.copy_(t1, w)
+                                                t5 = ltorch.copy_(t1, k)                  †
+                                                ... the entries, as above                 †
+
 Not split (left to the overlap refusal):
 
 * an op not in :data:`SPLIT_BY_ENTRY`: the other index and mask kernels (``scatter_``,
   ``index_put_``, ``masked_scatter_``) do not visit their entries in a documented order;
 * an index of more than :data:`MAX_SPLIT_ENTRIES` entries (the trace grows with it);
-* a write that carries gradients: eager's forward reads rows as its kernel goes, but its
-  backward routes each gradient to the row the source held before the op, which no single
-  functional program reproduces;
 * a source whose elements the overlap check could not tell apart from the destination's;
 * a source and destination eager's own overlap check sees (both dense, their memory meeting),
   where the trace fixes their strides (their base made by a factory or a matmul): eager raises,
   and so does the overlap check.  Where the caller's strides decide (both made from inputs by
   views and pointwise ops), the op is split, and a check before the body raises at each call
   where eager's would (:mod:`thunder_ext.overlap_guard`);
-* a ``setitem_`` with a tensor (advanced) key, which eager runs as ``index_put_``, or one that
-  carries gradients (as for the index writes above).
+* a ``setitem_`` with a tensor (advanced) key, which eager runs as ``index_put_``.
 """
 
 from __future__ import annotations
@@ -60,12 +72,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import thunder.torch as ltorch
-from thunder.core.proxies import TensorProxy, variableify
+from thunder.core.proxies import ProxyTag, TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 
 from thunder_ext.alias_analysis import AliasInfo
-from thunder_ext.op_kinds import copies_without_grad, describe, is_copy, is_unpack, tensor_args, tensor_outs
+from thunder_ext.op_kinds import describe, is_copy, is_unpack, tensor_args, tensor_outs, writes_with_grad
 from thunder_ext.overlap import SPLIT_BY_ENTRY, find_overlaps, index_operands
 from thunder_ext.overlap_guard import guard_arguments, refuse_if_eager_sees_overlap
 from thunder_ext.recording import at_source_of, record
@@ -84,6 +96,9 @@ class SplitReport:
     # Ops split although eager refuses them for contiguous inputs: a run-time check refuses where
     # the caller's strides make eager's check see the overlap (thunder_ext.overlap_guard).
     guarded: list[str] = field(default_factory=list)
+    # Ops split although they write with gradients: the op computed whole first gives the
+    # destination eager's history, and the split, with grad disabled, eager's values.
+    gradient_kept: list[str] = field(default_factory=list)
 
 
 def _basic_key(key) -> bool:
@@ -94,7 +109,7 @@ def _basic_key(key) -> bool:
     )
 
 
-def _why_not_a_copy(bsym: BoundSymbol, eager_refuses: bool, differentiable: frozenset[str]) -> str | None:
+def _why_not_a_copy(bsym: BoundSymbol, eager_refuses: bool) -> str | None:
     """Why a ``setitem_`` (an overlapping write) stays one write; None when it becomes a view and a ``copy_``."""
     if eager_refuses:
         return "eager refuses it (both are dense, and their memory meets)"
@@ -102,12 +117,10 @@ def _why_not_a_copy(bsym: BoundSymbol, eager_refuses: bool, differentiable: froz
         return "its arguments are not (destination, key, tensor value)"
     if not _basic_key(bsym.args[1]):
         return "its key is not basic indexing (eager runs index_put_)"
-    if not copies_without_grad(bsym) and any(p.name in differentiable for p in (bsym.args[0], bsym.args[2])):
-        return "the write carries gradients"
     return None
 
 
-def _why_not(bsym: BoundSymbol, certain: bool, eager_refuses: bool, differentiable: frozenset[str]) -> str | None:
+def _why_not(bsym: BoundSymbol, certain: bool, eager_refuses: bool) -> str | None:
     """Why ``bsym`` (an overlapping write) stays one write; None when it can be split."""
     if str(bsym.sym.name) not in SPLIT_BY_ENTRY:
         return "its kernel's visiting order is not one entry after another"
@@ -123,9 +136,15 @@ def _why_not(bsym: BoundSymbol, certain: bool, eager_refuses: bool, differentiab
         return "its index is a scalar"
     if int(index.shape[0]) > MAX_SPLIT_ENTRIES:
         return f"its index has more than {MAX_SPLIT_ENTRIES} entries"
-    if not copies_without_grad(bsym) and any(p.name in differentiable for p in (dst, source)):
-        return "the write carries gradients (eager's backward reads the source as it was before the op)"
     return None
+
+
+def _carries_gradients(bsym: BoundSymbol, differentiable: frozenset[str]) -> bool:
+    """Whether ``bsym`` (an index write or a ``setitem_``) writes with grad, and its destination or
+    its source carries a gradient."""
+    operands = index_operands(bsym)
+    dst, source = (operands[0], operands[3]) if operands is not None else (bsym.args[0], bsym.args[-1])
+    return writes_with_grad(bsym) and any(isinstance(p, TensorProxy) and p.name in differentiable for p in (dst, source))
 
 
 def split_overlapping_index_writes(
@@ -153,9 +172,9 @@ def split_overlapping_index_writes(
             guard = guard_arguments(bsyms, info, o.bsym, o.dst, o.src, key)
             eager_refuses = guard is None
         if setitem:
-            why = _why_not_a_copy(o.bsym, eager_refuses, differentiable)
+            why = _why_not_a_copy(o.bsym, eager_refuses)
         else:
-            why = _why_not(o.bsym, o.certain, eager_refuses, differentiable)
+            why = _why_not(o.bsym, o.certain, eager_refuses)
         if why is None:
             targets.add(id(o.bsym))
             if guard is not None:
@@ -175,14 +194,18 @@ def split_overlapping_index_writes(
         if not split:
             out.append(bsym)
             continue
+        gradient = _carries_gradients(bsym, differentiable)
+        if gradient:
+            out += _eager_gradient_kept(new, bsym)
+            report.gradient_kept.append(describe(bsym))
         if bsym.sym.id == ltorch.setitem_.id:
-            out += _view_and_copy(new, bsym)
+            out += _view_and_copy(new, bsym, grad_enabled=not gradient and writes_with_grad(bsym))
             # Its result is its destination, written: a later read of it reads the destination,
             # which the storage groups order after the copy_ like any read of written storage.
             swap[variableify(tensor_outs(bsym)[0])] = bsym.args[0]
             report.split.append(f"setitem_ of {bsym.args[0].name} into a view and a copy_")
             continue
-        entries, last, n = _entries(new, bsym)
+        entries, last, n = _entries(new, bsym, grad_enabled=not gradient and writes_with_grad(bsym))
         out += entries
         swap[variableify(tensor_outs(bsym)[0])] = last
         report.split.append(f"{bsym.sym.name} of {tensor_args(bsym)[0].name} into {n} entries")
@@ -197,7 +220,7 @@ def split_overlapping_index_writes(
     return new, report
 
 
-def _view_and_copy(new: TraceCtx, bsym: BoundSymbol) -> list[BoundSymbol]:
+def _view_and_copy(new: TraceCtx, bsym: BoundSymbol, *, grad_enabled: bool) -> list[BoundSymbol]:
     """``setitem_(dst, key, value)`` as ``dst[key].copy_(value)``, recorded in ``new``."""
     dst, key, value = bsym.args
 
@@ -208,17 +231,46 @@ def _view_and_copy(new: TraceCtx, bsym: BoundSymbol) -> list[BoundSymbol]:
         ltorch.copy_(view, v)
 
     recorded, _ = record(new, view_and_copy)
-    return _placed(recorded, bsym)
+    return _placed(recorded, bsym, grad_enabled)
 
 
-def _placed(recorded: list[BoundSymbol], bsym: BoundSymbol) -> list[BoundSymbol]:
-    # Each keeps the user's line (for messages), and the grad mode its copy_ was traced in:
+def _placed(recorded: list[BoundSymbol], bsym: BoundSymbol, grad_enabled: bool) -> list[BoundSymbol]:
+    # Each keeps the user's line (for messages), and the grad mode its copy_ is traced in:
     # Thunder reads it from the compilation, which is no longer tracing the user's function.
-    flag = not copies_without_grad(bsym)
-    return at_source_of((_with_grad_mode(b, flag) for b in recorded), bsym)
+    # What is computed with grad disabled is tagged as Thunder tags a no-grad block's values.
+    if not grad_enabled:
+        for b in recorded:
+            for o in b.flat_proxy_outs:
+                if isinstance(o, TensorProxy):
+                    o.tags.add(ProxyTag.DETACHED_AUTOGRAD_GRAPH)
+    return at_source_of((_with_grad_mode(b, grad_enabled) for b in recorded), bsym)
 
 
-def _entries(new: TraceCtx, bsym: BoundSymbol) -> tuple[list[BoundSymbol], TensorProxy, int]:
+# The out-of-place op whose gradient is eager's for each op split (eager's backward reads the
+# source as it was before the op, as these read it whole).
+_WHOLE_FORM = {"index_copy_": ltorch.index_copy, "index_add_": ltorch.index_add, "setitem_": ltorch.setitem}
+
+
+def _eager_gradient_kept(new: TraceCtx, bsym: BoundSymbol) -> list[BoundSymbol]:
+    """Before the split of ``bsym`` that writes with gradients: the destination given the history
+    of the op computed whole, its values left as they were, so that the split (made with grad
+    disabled, which keeps the history it finds) writes eager's values over eager's history."""
+    operands = index_operands(bsym)
+    if operands is not None:
+        dst, dim, index, source = operands
+        whole = lambda: _WHOLE_FORM[bsym.sym.name](dst, dim, index, source)  # noqa: E731
+    else:
+        dst, key, value = bsym.args
+        whole = lambda: _WHOLE_FORM[bsym.sym.name](dst, key, value)  # noqa: E731
+
+    with_history, _ = record(new, lambda: ltorch.copy_(dst, whole()))
+    kept, old = record(new, lambda: ltorch.clone(dst))
+    restored, _ = record(new, lambda: ltorch.copy_(dst, old))
+    # The clone reads the destination before the copy that gives it the history.
+    return [*_placed(kept, bsym, False), *_placed(with_history, bsym, True), *_placed(restored, bsym, False)]
+
+
+def _entries(new: TraceCtx, bsym: BoundSymbol, *, grad_enabled: bool) -> tuple[list[BoundSymbol], TensorProxy, int]:
     """``bsym`` as one write per index entry, recorded in ``new``: (bsyms, last output, entries)."""
     dst, dim, index, source = index_operands(bsym)
     n = int(index.shape[0])
@@ -233,7 +285,7 @@ def _entries(new: TraceCtx, bsym: BoundSymbol) -> tuple[list[BoundSymbol], Tenso
         return last
 
     recorded, last = record(new, one_write_per_entry)
-    return _placed(recorded, bsym), last, n
+    return _placed(recorded, bsym, grad_enabled), last, n
 
 
 def _with_grad_mode(bsym: BoundSymbol, grad_enabled: bool) -> BoundSymbol:

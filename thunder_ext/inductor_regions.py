@@ -1188,6 +1188,50 @@ def unfuse_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tu
     return out, moved
 
 
+def eager_overlapping_copies(out: list[BoundSymbol], inputs: set[str]) -> tuple[list[BoundSymbol], int]:
+    """``out`` with each ``copy_`` whose source overlaps what it writes, at other positions, run by
+    PyTorch's own kernel outside every ``torch_compile_ex`` region, and how many.
+
+    Eager's copy reads such a source as it goes, and so reads elements it has already written
+    (``a[:, 1:] = a[:, :2]``, kept in place for it: :data:`thunder_ext.overlap.KEPT_IN_PLACE`).
+    Inductor's loop reads and writes in an order of its own, which depends on the vector width
+    of the machine it compiles for (on AVX2 it read the old values where eager reads the new)::
+
+        before (torch_compile_ex may fuse)          after
+        t0 = ltorch.getitem(a, (:, :2))             t0 = ltorch.getitem(a, (:, :2))
+        t6 = ltorch.getitem(a, (:, 1:))             t6 = ltorch.getitem(a, (:, 1:))
+        t7 = ltorch.copy_(t6, t0)                   t7 = eager_copy_(t0, t6)
+    """
+    from thunder_ext.alias_analysis import storage_groups
+    from thunder_ext.barriers import strip_barriers
+    from thunder_ext.eager_ops import eager_copy
+    from thunder_ext.overlap import find_overlaps, is_plain_copy
+
+    copies = [
+        k for k, b in enumerate(out)
+        if (is_copy(b) or is_copy_composite(b)) and len(tensor_args(b)) == 2 and len(tensor_outs(b)) == 1
+    ]  # fmt: skip
+    if not copies:
+        return out, 0
+    stripped = strip_barriers(out)[0]  # names of outputs are kept
+    overlapping = {
+        o.name for ov in find_overlaps(stripped, storage_groups(stripped, inputs)) if is_plain_copy(ov.bsym)
+        for o in tensor_outs(ov.bsym)
+    }  # fmt: skip
+    out, moved = list(out), 0
+    for k in copies:
+        b = out[k]
+        if tensor_outs(b)[0].name not in overlapping:
+            continue
+        dst = effect_of(b).writes[0]
+        src = next(a for a in tensor_args(b) if a.name != dst.name)
+        out[k] = eager_copy().bind(src, dst, output=b.output).from_bsym(
+            header=b.header, source_filename=b.source_filename, source_positions=b.source_positions
+        )
+        moved += 1
+    return out, moved
+
+
 def eager_scatter(b: BoundSymbol, *, prim: bool = False) -> BoundSymbol | None:
     """``b``, an ``index_copy``/``index_add`` (ltorch's, the torch executor's, or with ``prim`` the
     prim autodiff leaves; positional arguments only), bound as the transform's own eager symbol;

@@ -82,6 +82,8 @@ def log_split(stage: str, report) -> None:
     """One line per index write split into one write per entry (thunder_ext.index_order)."""
     for what in report.split:
         logger.info("%s: split %s, in eager's order (its source overlaps its destination)", stage, what)
+    for what in report.gradient_kept:
+        logger.info("%s: %s computed whole first as well, for eager's gradient (the split runs without grad)", stage, what)
 
 
 def log_removal(stage: str, report) -> None:

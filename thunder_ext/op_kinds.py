@@ -189,7 +189,9 @@ def is_barrier(bsym: BoundSymbol) -> bool:
 
 
 def is_copy(bsym: BoundSymbol) -> bool:
-    return PrimIDs.COPY_ in origin_ids(bsym)
+    """``prims.copy_`` (or a symbol implementing it), or the transform's ``eager_copy_``, which
+    takes the same arguments."""
+    return PrimIDs.COPY_ in origin_ids(bsym) or _is_eager_ops(bsym, "eager_copy_")
 
 
 def is_copy_composite(bsym: BoundSymbol) -> bool:
@@ -326,8 +328,13 @@ def effect_of(bsym: BoundSymbol) -> Effect:
 def _is_foreach_copy(bsym: BoundSymbol) -> bool:
     """The transform's ``foreach_copy_(sources, destinations)`` (:mod:`thunder_ext.batched_copies`),
     which writes every destination and returns each."""
+    return _is_eager_ops(bsym, "foreach_copy_")
+
+
+def _is_eager_ops(bsym: BoundSymbol, name: str) -> bool:
+    """The symbol ``name`` of the transform's own executor (:mod:`thunder_ext.eager_ops`)."""
     executor = getattr(bsym.sym, "executor", None)
-    return bsym.sym.name == "foreach_copy_" and getattr(executor, "name", None) == "thunder_ext_eager"
+    return bsym.sym.name == name and getattr(executor, "name", None) == "thunder_ext_eager"
 
 
 def _leaves(bsym: BoundSymbol):
