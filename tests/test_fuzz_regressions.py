@@ -4701,3 +4701,44 @@ def test_an_overlapping_index_write_with_gradients_is_split_keeping_eager_s_grad
     jf(_x(True), torch.tensor([1, 0]))
     split = last_reports(jf)[0].overlaps.split
     assert split.gradient_kept and split.split, split
+
+
+def gradless_copy_read_only_by_a_write_into_a_plain_input(a, rm, rv):  # soak 98000, as found
+    rv[1:] = 1.5
+    t0 = a.sum(0)
+    t0.copy_(rm)  # t0 carried a's gradient: eager sends a zero gradient to a through it
+    t1 = a + 0.5  # noqa: F841
+    with torch.no_grad():
+        t0.lerp_(rv, 0.1)  # keeps t0's storage in place (its history stays)
+    rv.addcdiv_(t0, t0.abs() + 1, value=1.5)  # the only read: into an input that does not require grad
+    rm.exp_()
+    with torch.no_grad():
+        rv.lerp_(rm, 0.1)
+    return (a, rm)
+
+
+def gradless_copy_then_returned(a, rm, rv):
+    t0 = a.sum(0)
+    t0.copy_(rm)
+    with torch.no_grad():
+        t0.lerp_(rv, 0.1)
+    return (a, t0 * 2)  # eager: the output requires grad (zeros to a); Thunder's would not
+
+
+def test_a_gradless_overwrite_read_only_into_a_plain_input_is_answered():
+    """Was a needless ``OverwriteGradientError`` with grad (soak seed 98000, plain Thunder right):
+    the overwritten tensor is read only by a write into an input that does not require grad (the
+    history eager gives the caller's tensor reaches it from neither Thunder), and the return's
+    ``flat_args`` (Thunder's list of the inputs' new versions) counted as a read.  Where an output
+    reads it, the refusal stands."""
+    from thunder_ext import OverwriteGradientError
+
+    default = tuple(c for c in ALL_CELLS if c.executors == "default")
+    make = lambda g: (_x(g), *_stats())  # noqa: E731
+    cells = judge_function(gradless_copy_read_only_by_a_write_into_a_plain_input, make, configs=default).cells
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+    # Under ThunderFX the no-grad block splits the graph, and its first piece is compiled without
+    # a backward, with the transform or without (docs/limits.md, soak 98000): jit cells only.
+    jit = tuple(c for c in default if c.entry == "jit")
+    cells = judge_function(gradless_copy_then_returned, make, grad_modes=(True,), configs=jit).cells
+    assert cells and all(c.verdict == "ok" and OverwriteGradientError.__name__ in c.detail for c in cells), "\n".join(map(str, cells))

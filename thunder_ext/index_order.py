@@ -46,12 +46,19 @@ does)::
 
     before                                      after (idx has 2 entries; † made without grad)
     t1 = ltorch.sub(a, 0.5)                     t1 = ltorch.sub(a, 0.5)
-    t2 = ltorch.getitem(t1, slice(None, None, 2))   t2 = ltorch.getitem(t1, slice(None, None, 2))
-    t3 = ltorch.index_copy_(t1, 0, idx, t2)     k = ltorch.clone(t1)                      †
-                                                w = ltorch.index_copy(t1, 0, idx, t2)
-                                                t4 = ltorch.copy_(t1, w)
-                                                t5 = ltorch.copy_(t1, k)                  †
-                                                ... the entries, as above                 †
+    t2 = ltorch.getitem(t1, slice(None, None, 2))
+                                                t2 = ltorch.getitem(t1, slice(None, None, 2))
+    t3 = ltorch.index_copy_(t1, 0, idx, t2)     t13 = ltorch.clone(t1)                     †
+    t5 = ltorch.mul(t3, 2)                      t11 = ltorch.index_copy(t1, 0, idx, t2)
+                                                t12 = ltorch.copy_(t1, t11)
+                                                t14 = ltorch.copy_(t1, t13)                †
+                                                t15 = ltorch.getitem(idx, slice(0, 1))     †
+                                                t16 = ltorch.getitem(t2, (slice(0, 1),))   †
+                                                t18 = ltorch.index_copy_(t1, 0, t15, t16)  †
+                                                t19 = ltorch.getitem(idx, slice(1, 2))     †
+                                                t20 = ltorch.getitem(t2, (slice(1, 2),))   †
+                                                t22 = ltorch.index_copy_(t1, 0, t19, t20)  †
+                                                t5 = ltorch.mul(t22, 2)
 
 Not split (left to the overlap refusal):
 

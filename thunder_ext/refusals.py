@@ -836,7 +836,7 @@ def refuse_gradless_overwrite(
         srcs = [p for p in tensor_args(bsym) if p.name not in dests]
         if not (dests & diff and srcs and not any(p.name in diff for p in srcs)):
             continue
-        if not _overwrite_is_read(bsyms[i + 1 :], info, dests, whole_input=dests <= whole):
+        if not _overwrite_is_read(bsyms[i + 1 :], info, dests, whole_input=dests <= whole, diff=diff):
             continue
         raise OverwriteGradientError(
             "`copy_` overwrites a tensor that carries gradients with a value that carries none, and the "
@@ -846,18 +846,23 @@ def refuse_gradless_overwrite(
         )
 
 
-def _overwrite_is_read(later: Sequence[BoundSymbol], info: AliasInfo, dests: set[str], *, whole_input: bool) -> bool:
+def _overwrite_is_read(
+    later: Sequence[BoundSymbol], info: AliasInfo, dests: set[str], *, whole_input: bool, diff: set[str]
+) -> bool:
     """A later bsym that reaches an output differentiates the storage of ``dests``; a return of a
     whole input's storage does not count.
 
     Liveness is judged backwards from the return: a bsym is live when a live bsym reads one of
-    its outputs, or it writes an input or storage a live bsym reads later.  A dead read
-    (``t2 = t0 * t1`` that nothing uses) differentiates nothing, so it loses no gradient; nor
-    does a read made with grad disabled, nor a later in-place op on a whole input that reads it
-    only as its destination.
+    its outputs, or it writes storage a live bsym reads later, or an input that requires grad.
+    A dead read (``t2 = t0 * t1`` that nothing uses) differentiates nothing, so it loses no
+    gradient; nor does a read made with grad disabled, nor a later in-place op on a whole input
+    that reads it only as its destination.  Nor does a write into an input that does not require
+    grad, which nothing reads afterwards (``rv.addcdiv_(t0, ...)``, soak seed 98000): the
+    history eager gives the caller's tensor there reaches it from neither Thunder, so no
+    gradient of the call depends on the zeros.
     """
     groups = {info.group_of(d) for d in dests}
-    inputs = info.input_groups
+    inputs = {info.group_of(x) for x in info.inputs if x in diff}
     live: set[str] = set()
     live_groups: set[str] = set()
     for b in reversed(later):
@@ -869,11 +874,11 @@ def _overwrite_is_read(later: Sequence[BoundSymbol], info: AliasInfo, dests: set
             or any(g in live_groups or g in inputs for g in written)
         ):
             continue
-        live.update(p.name for p in b.flat_proxy_args)
-        live_groups.update(info.group_of(p) for p in tensor_args(b))
         # A return's ``flat_args`` names the inputs for Thunder's bookkeeping; no gradient flows
         # through that entry, so only what it hands back as data can lose one.
         reads = [p for p in tensor_args(b) if p.name in returned_data(b)] if is_return(b) else tensor_args(b)
+        live.update(p.name for p in reads)
+        live_groups.update(info.group_of(p) for p in reads)
         touching = [p for p in reads if info.group_of(p) in groups]
         if not touching or (whole_input and is_return(b)) or _without_grad(b, effect):
             continue
