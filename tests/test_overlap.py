@@ -144,7 +144,7 @@ ANSWERED = [
 
 def private_copy_from_columns_shifted_by_one(a):
     t = a.cos()
-    t[:, 1:].copy_(t[:, :2])  # kept in place with the default executors, refused with Inductor's
+    t[:, 1:].copy_(t[:, :2])  # kept in place, run by PyTorch's kernel (with Inductor's executor too)
     return (t + 1,)
 
 
