@@ -191,7 +191,7 @@ def is_barrier(bsym: BoundSymbol) -> bool:
 def is_copy(bsym: BoundSymbol) -> bool:
     """``prims.copy_`` (or a symbol implementing it), or the transform's ``eager_copy_``, which
     takes the same arguments."""
-    return PrimIDs.COPY_ in origin_ids(bsym) or _is_eager_ops(bsym, "eager_copy_")
+    return PrimIDs.COPY_ in origin_ids(bsym) or _is_eager_symbol(bsym, "eager_copy_")
 
 
 def is_copy_composite(bsym: BoundSymbol) -> bool:
@@ -328,10 +328,10 @@ def effect_of(bsym: BoundSymbol) -> Effect:
 def _is_foreach_copy(bsym: BoundSymbol) -> bool:
     """The transform's ``foreach_copy_(sources, destinations)`` (:mod:`thunder_ext.batched_copies`),
     which writes every destination and returns each."""
-    return _is_eager_ops(bsym, "foreach_copy_")
+    return _is_eager_symbol(bsym, "foreach_copy_")
 
 
-def _is_eager_ops(bsym: BoundSymbol, name: str) -> bool:
+def _is_eager_symbol(bsym: BoundSymbol, name: str) -> bool:
     """The symbol ``name`` of the transform's own executor (:mod:`thunder_ext.eager_ops`)."""
     executor = getattr(bsym.sym, "executor", None)
     return bsym.sym.name == name and getattr(executor, "name", None) == "thunder_ext_eager"

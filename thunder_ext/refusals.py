@@ -862,7 +862,7 @@ def _overwrite_is_read(
     gradient of the call depends on the zeros.
     """
     groups = {info.group_of(d) for d in dests}
-    inputs = {info.group_of(x) for x in info.inputs if x in diff}
+    grad_inputs = {info.group_of(x) for x in info.inputs if x in diff}
     live: set[str] = set()
     live_groups: set[str] = set()
     for b in reversed(later):
@@ -871,7 +871,7 @@ def _overwrite_is_read(
         if not (
             is_return(b)
             or any(p.name in live for p in b.flat_proxy_outs)
-            or any(g in live_groups or g in inputs for g in written)
+            or any(g in live_groups or g in grad_inputs for g in written)
         ):
             continue
         # A return's ``flat_args`` names the inputs for Thunder's bookkeeping; no gradient flows

@@ -57,6 +57,7 @@ Counted: the ops chosen at run time, and the worlds written (``StrideChoiceRepor
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 from collections.abc import Sequence
@@ -123,6 +124,7 @@ def _torch_callable(sym_id: str):
     return fn if callable(fn) else None
 
 
+@functools.cache
 def _aten_tags(name: str) -> tuple:
     """The tags of ATen's op of that name (its first overload), or none."""
     packet = getattr(torch.ops.aten, name, None)
