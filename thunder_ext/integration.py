@@ -31,6 +31,7 @@ from thunder.extend import FusionExecutor
 from thunder_ext import stage_config
 from thunder_ext.barriers import BarrierReport, barrier_pass
 from thunder_ext.errors import InplaceOrderingError
+from thunder_ext.grad_modes import leave_grad_mode_as_the_caller_had
 from thunder_ext.logs import log_refusal, log_report
 from thunder_ext.refusals import refuse_lost_scalar_writes, refuse_saved_tensor_mutation
 from thunder_ext.detached_writes import DetachedWritesReport
@@ -147,6 +148,7 @@ class BarrierStage(FusionExecutor):
             refuse_lost_scalar_writes(new, config.executors)
         except InplaceOrderingError as e:
             log_refusal("fusion stage", e)
+            leave_grad_mode_as_the_caller_had(trace)
             raise
         log_report("fusion stage", report, new)
         if self.check:

@@ -39,6 +39,7 @@ from thunder_ext.final_barriers import BarrierRemovalReport, count_barriers, rem
 from thunder_ext.identity_ops import fold_identity_ops, separate_repeated_outputs
 from thunder_ext.index_order import split_overlapping_index_writes
 from thunder_ext.input_aliases import aliased_inputs, guard_substituted_aliases
+from thunder_ext.grad_modes import grad_enabled_while_rewriting, leave_grad_mode_as_the_caller_had
 from thunder_ext.integration import install_barrier_stage, reports_for
 from thunder_ext.overlap import refuse_overlapping_sources
 from thunder_ext.logs import log_refusal, log_removal, log_report, log_split
@@ -88,26 +89,30 @@ class InplaceBarrierTransform(thunder.Transform):
             graph_module=cd.fn if fx else None,
             span=function_span(cd.fn) if cd is not None and not fx else None,
         )
-        # An op that hands back its input is that input in eager: every later step reads it so.
-        computation_trace, identities = fold_identity_ops(computation_trace)
-        differentiable = frozenset(differentiable_names(computation_trace))
-        # A write through detach() gives its input no history in eager: it is a no-grad write.
-        computation_trace, detached = writes_through_detach_without_grad(computation_trace, differentiable)
-        if detached.without_grad or detached.split or detached.detach_outputs_tagged:  # new proxies
+        # What the rewrites trace is traced with grad on where the code ran with grad: a ThunderFX
+        # piece may end inside a no-grad block (thunder_ext.grad_modes).
+        with grad_enabled_while_rewriting(computation_trace):
+            # An op that hands back its input is that input in eager: every later step reads it so.
+            computation_trace, identities = fold_identity_ops(computation_trace)
             differentiable = frozenset(differentiable_names(computation_trace))
-        aliased = aliased_inputs(computation_trace)
-        config = stage_config.before_autodiff(
-            cd, differentiable=differentiable, aliased_inputs=aliased, comment=self.comment
-        )
-        try:
+            # A write through detach() gives its input no history in eager: it is a no-grad write.
+            computation_trace, detached = writes_through_detach_without_grad(computation_trace, differentiable)
+            if detached.without_grad or detached.split or detached.detach_outputs_tagged:  # new proxies
+                differentiable = frozenset(differentiable_names(computation_trace))
+            aliased = aliased_inputs(computation_trace)
+            config = stage_config.before_autodiff(
+                cd, differentiable=differentiable, aliased_inputs=aliased, comment=self.comment
+            )
             try:
-                computation_trace, config, new, report, stripped, overlaps = _place_and_refuse(computation_trace, config)
-            except StrideDependentViewError as refusal:
-                # The answer depends on strides: both, chosen at run time, where they can be.
-                computation_trace, config, new, report, stripped, overlaps = _choose_at_run_time(computation_trace, config, refusal)
-        except InplaceOrderingError as e:
-            log_refusal("before autodiff", e)
-            raise
+                try:
+                    computation_trace, config, new, report, stripped, overlaps = _place_and_refuse(computation_trace, config)
+                except StrideDependentViewError as refusal:
+                    # The answer depends on strides: both, chosen at run time, where they can be.
+                    computation_trace, config, new, report, stripped, overlaps = _choose_at_run_time(computation_trace, config, refusal)
+            except InplaceOrderingError as e:
+                log_refusal("before autodiff", e)
+                leave_grad_mode_as_the_caller_had(computation_trace)
+                raise
         log_report("before autodiff", report, new)
         if self.check and not report.dropped_witnesses:
             # With dropped witnesses the order is only complete after the fusion-stage pass,

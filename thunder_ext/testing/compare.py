@@ -148,6 +148,7 @@ def execute(fn: Callable, args: Sequence, state: dict) -> Outcome:
     out = Outcome()
     # Gradients are compared for the inputs that require grad *before* the call: an in-place
     # copy from a differentiable tensor gives an input autograd history in eager only.
+    grad_mode = torch.is_grad_enabled()
     leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
     # A non-leaf input (``leaf * 1``) stands for a tensor the caller's graph made: what reaches
     # the caller's leaves is the gradient of its value *at the call*, which a hook registered
@@ -179,6 +180,10 @@ def execute(fn: Callable, args: Sequence, state: dict) -> Outcome:
         out.grads = [a.grad for a in leaves] + [_total(r) for r in at_call]
     except Exception as e:  # the verdict classifies it
         out.error = e
+    finally:
+        # A ThunderFX piece that fails after an earlier one turned grad off leaves it off (plain
+        # Thunder's do); the next cell must not run without grad.
+        torch.set_grad_enabled(grad_mode)
     out.inputs = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
     out.state = {k: v.detach().clone() for k, v in state.items()}
     return out
