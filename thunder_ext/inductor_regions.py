@@ -443,6 +443,18 @@ class InductorRegions(WalkPolicy):
         first (``t0 = b + b; b.sub_(t0)``, or ``a.add_(b * b)`` after it).  Where another input was
         written in the region, the write into the read input ends it, for every layout.
 
+        The eleventh family: an input read elementwise, the read's value used twice, and the input
+        written whole from itself and another tensor: ``t = b.neg(); b.add_(a); return t,
+        t.sin()`` returns a ``t`` of the new ``b`` when ``a`` is transposed and ``b`` is not, or
+        when ``a`` broadcasts (``b.add_(a.sum(0))``, any layout); plain ``torch.compile`` too,
+        torch 2.11.  Inductor's C++ kernel runs the write's loop (tiled for ``a``'s strides)
+        before the loop that reads ``b``.  A write from ``b`` alone (``b.copy_(b.sin())``), from
+        ``a`` alone, or by a number comes out right, and so does a read used once.  Strides are
+        not in the trace, so where the read is used after the write and the write reads another
+        tensor, the write ends the region for every layout (soak seed 101000: ``b`` a leaf
+        written under ``torch.no_grad()``, kept in place).  Writes that became values go the
+        same way through :func:`epilogue_fits_a_region`.
+
         Such a region is possible whether barriers are fused or not (with a backward they are
         not): where data edges already order the accesses no barrier stands between them
         (``rv.copy_(rm); rm += rv`` with grad).  So whenever ``torch_compile_ex`` is among the
@@ -467,7 +479,8 @@ class InductorRegions(WalkPolicy):
         touched = sorted(
             {g for g in used if (g, "use") in self.region_ends or self.write_after_write(g, bsym, effect, write_groups)}
             | {g for g in write_groups if (g, "write_into") in self.region_ends and self.read_used_after(g, i)
-               and (self.writes_part_of(g, bsym, effect) or self.fuses_with_the_read(bsym) or self.scatters_a_read(g, i))}
+               and (self.writes_part_of(g, bsym, effect) or self.fuses_with_the_read(bsym) or self.scatters_a_read(g, i)
+                    or self.writes_with_another_tensor(g, bsym))}
             | {g for g in self.rewritten_reads(bsym, effect) if (g, "derived_write") in self.region_ends}
             | {g for g in write_groups if (g, "fused_read") in self.region_ends and self.read_used_after(g, i)
                and any(h != g for h in self.region_inputs_written)}
@@ -644,6 +657,16 @@ class InductorRegions(WalkPolicy):
             return False
         weight = bsym.args[2] if len(bsym.args) > 2 else bsym.kwargs.get("weight")
         return not isinstance(weight, TensorProxy)
+
+    def writes_with_another_tensor(self, g: str, bsym: BoundSymbol) -> bool:
+        """Whether the write ``bsym`` into input ``g`` computes its value from a tensor other than
+        ``g`` and what was read from ``g`` alone (the eleventh family of
+        :meth:`split_for_torch_compile`); for a ``copy_``, the op that made its source."""
+        if is_copy(bsym):
+            source = tensor_args(bsym)[0]
+            bsym = self.maker(source.name) or bsym
+        group_of = self.walk.info.group_of
+        return any(group_of(p) != g and self.derived_from.get(p.name) != frozenset({g}) for p in tensor_args(bsym))
 
     def scatters_a_read(self, g: str, i: int) -> bool:
         """Whether a value read from input ``g`` in this region was written in part as a value
