@@ -115,6 +115,7 @@ class InductorRegions(WalkPolicy):
         self.region_inputs_written: dict[str, BoundSymbol] = {}
         self._all_members: dict[str, list[str]] | None = None
         self._group_numel: dict[str, int] | None = None  # group -> elements of its largest member
+        self._uses: dict[str, int] | None = None  # name -> how many bsyms read it (each return slot counts)
         self._input_groups: set[str] | None = None
         self._replayable: dict[str, tuple | None] = {}
         self._backward_reads: set[str] | None = None
@@ -449,9 +450,10 @@ class InductorRegions(WalkPolicy):
         when ``a`` broadcasts (``b.add_(a.sum(0))``, any layout); plain ``torch.compile`` too,
         torch 2.11.  Inductor's C++ kernel runs the write's loop (tiled for ``a``'s strides)
         before the loop that reads ``b``.  A write from ``b`` alone (``b.copy_(b.sin())``), from
-        ``a`` alone, or by a number comes out right, and so does a read used once.  Strides are
-        not in the trace, so where the read is used after the write and the write reads another
-        tensor, the write ends the region for every layout (soak seed 101000: ``b`` a leaf
+        ``a`` alone, or by a number comes out right, and so does a read used once (``before =
+        rm.cos()`` returned, then ``batch_norm`` updating ``rm``: one region, as plain Thunder's).
+        Strides are not in the trace, so where the read has two uses, one after the write, and
+        the write reads another tensor, the write ends the region for every layout (soak seed 101000: ``b`` a leaf
         written under ``torch.no_grad()``, kept in place).  Writes that became values go the
         same way through :func:`epilogue_fits_a_region`.
 
@@ -480,7 +482,7 @@ class InductorRegions(WalkPolicy):
             {g for g in used if (g, "use") in self.region_ends or self.write_after_write(g, bsym, effect, write_groups)}
             | {g for g in write_groups if (g, "write_into") in self.region_ends and self.read_used_after(g, i)
                and (self.writes_part_of(g, bsym, effect) or self.fuses_with_the_read(bsym) or self.scatters_a_read(g, i)
-                    or self.writes_with_another_tensor(g, bsym))}
+                    or (self.writes_with_another_tensor(g, bsym) and self.read_used_twice(g, i)))}
             | {g for g in self.rewritten_reads(bsym, effect) if (g, "derived_write") in self.region_ends}
             | {g for g in write_groups if (g, "fused_read") in self.region_ends and self.read_used_after(g, i)
                and any(h != g for h in self.region_inputs_written)}
@@ -667,6 +669,18 @@ class InductorRegions(WalkPolicy):
             bsym = self.maker(source.name) or bsym
         group_of = self.walk.info.group_of
         return any(group_of(p) != g and self.derived_from.get(p.name) != frozenset({g}) for p in tensor_args(bsym))
+
+    def read_used_twice(self, g: str, i: int) -> bool:
+        """Whether a value read from input ``g`` in this region, used after bsym ``i``, has two uses
+        or more (two ops, or an op and the return): Inductor then computes it in a loop of its own
+        (the eleventh family of :meth:`split_for_torch_compile`)."""
+        if self._uses is None:  # once per pass, as _group_numel
+            self._uses = {}
+            for b in self.walk.bsyms:
+                names = [p.name for p in b.flat_proxy_args]
+                for n in names if is_return(b) else set(names):
+                    self._uses[n] = self._uses.get(n, 0) + 1
+        return any(self.walk.last_use.get(n, -1) > i and self._uses.get(n, 0) >= 2 for n in self.derived_names.get(g, ()))
 
     def scatters_a_read(self, g: str, i: int) -> bool:
         """Whether a value read from input ``g`` in this region was written in part as a value
