@@ -680,7 +680,30 @@ class InductorRegions(WalkPolicy):
                 names = [p.name for p in b.flat_proxy_args]
                 for n in names if is_return(b) else set(names):
                     self._uses[n] = self._uses.get(n, 0) + 1
-        return any(self.walk.last_use.get(n, -1) > i and self._uses.get(n, 0) >= 2 for n in self.derived_names.get(g, ()))
+        return any(
+            self.walk.last_use.get(n, -1) > i and self._uses.get(n, 0) >= 2 and self.loops_read(n, g)
+            for n in self.derived_names.get(g, ())
+        )
+
+    def loops_read(self, name: str, g: str) -> bool:
+        """Whether Inductor's loop for ``name`` may read input ``g`` itself: ``name`` is made from
+        ``g`` by ops that each compute in a loop, none of them a write (whose output is the
+        input's storage) or an extern kernel (a library call, :data:`EXTERN_KERNEL_READS`,
+        whose result is a buffer of its own that later loops read instead of ``g``)."""
+        group_of = self.walk.info.group_of
+        stack, seen = [name], set()
+        while stack:
+            n = stack.pop()
+            made = self.maker(n)
+            if n in seen or made is None or effect_of(made).writes or str(made.sym.name) in EXTERN_KERNEL_READS:
+                continue
+            seen.add(n)
+            for p in tensor_args(made):
+                if group_of(p) == g:
+                    return True
+                if g in self.derived_from.get(p.name, ()):
+                    stack.append(p.name)
+        return False
 
     def scatters_a_read(self, g: str, i: int) -> bool:
         """Whether a value read from input ``g`` in this region was written in part as a value
