@@ -451,11 +451,14 @@ class InductorRegions(WalkPolicy):
         torch 2.11.  Inductor's C++ kernel runs the write's loop (tiled for ``a``'s strides)
         before the loop that reads ``b``.  A write from ``b`` alone (``b.copy_(b.sin())``), from
         ``a`` alone, or by a number comes out right, and so does a read used once (``before =
-        rm.cos()`` returned, then ``batch_norm`` updating ``rm``: one region, as plain Thunder's).
-        Strides are not in the trace, so where the read has two uses, one after the write, and
-        the write reads another tensor, the write ends the region for every layout (soak seed 101000: ``b`` a leaf
-        written under ``torch.no_grad()``, kept in place).  Writes that became values go the
-        same way through :func:`epilogue_fits_a_region`.
+        rm.cos()`` returned, then ``batch_norm`` updating ``rm``: one region, as plain
+        Thunder's).  Strides are not in the trace, so where a value whose loop reads the input
+        itself (not through a matmul's result: ``power_iteration`` keeps its one region) has two
+        uses, one after the write, and the write reads another tensor, the write ends the region
+        for every layout.  It reaches the transform's traces where ``b`` is kept in place (a leaf
+        written under ``torch.no_grad()``: soak seed 101000), and where ``b``'s write is a value
+        whose epilogue ``copy_`` would stay in the region; there the cut moves the copy after
+        the region, and the barrier, ordering nothing then, goes (``final_barriers``).
 
         Such a region is possible whether barriers are fused or not (with a backward they are
         not): where data edges already order the accesses no barrier stands between them
