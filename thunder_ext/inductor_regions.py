@@ -656,8 +656,7 @@ class InductorRegions(WalkPolicy):
         """Whether ``bsym`` is a write Inductor fuses with an earlier read of its input into one
         loop (:data:`READ_FUSED_WRITES`, a number weight): ``lerp_``, or a ``copy_`` of a ``lerp``
         (the eighth family of :meth:`split_for_torch_compile`)."""
-        if is_copy(bsym):
-            bsym = self.maker(tensor_args(bsym)[0].name) or bsym
+        bsym = self.value_op(bsym)
         if str(bsym.sym.name) not in READ_FUSED_WRITES:
             return False
         weight = bsym.args[2] if len(bsym.args) > 2 else bsym.kwargs.get("weight")
@@ -667,11 +666,17 @@ class InductorRegions(WalkPolicy):
         """Whether the write ``bsym`` into input ``g`` computes its value from a tensor other than
         ``g`` and what was read from ``g`` alone (the eleventh family of
         :meth:`split_for_torch_compile`); for a ``copy_``, the op that made its source."""
-        if is_copy(bsym):
-            source = tensor_args(bsym)[0]
-            bsym = self.maker(source.name) or bsym
         group_of = self.walk.info.group_of
-        return any(group_of(p) != g and self.derived_from.get(p.name) != frozenset({g}) for p in tensor_args(bsym))
+        return any(
+            group_of(p) != g and self.derived_from.get(p.name) != frozenset({g}) for p in tensor_args(self.value_op(bsym))
+        )
+
+    def value_op(self, write: BoundSymbol) -> BoundSymbol:
+        """The op that computes what ``write`` stores: for a ``copy_``, the op of this walk that
+        made its source (where there is one); else the write itself."""
+        if is_copy(write):
+            return self.maker(tensor_args(write)[0].name) or write
+        return write
 
     def read_used_twice(self, g: str, i: int) -> bool:
         """Whether a value read from input ``g`` in this region, used after bsym ``i``, has two uses
