@@ -4915,3 +4915,88 @@ def test_a_view_of_batch_norm_of_a_transposed_input_is_dynamos_documented_crash(
     crashed = [c for c in cells if c.status == "crash"]
     assert crashed and all(c.verdict == "out-of-scope" for c in crashed), "\n".join(map(str, cells))
     assert all(c.verdict == "ok" for c in cells if c.status != "crash"), "\n".join(map(str, cells))
+
+
+# -- soak seed 103000: a copy into an input, then a view ----------------------------------------
+
+
+def copy_from_a_transposed_tensor_then_viewed(a, b):  # soak 103000, reduced
+    b.copy_(a)
+    t0 = b.view(-1)
+    t0.neg_()
+    return (t0, b)
+
+
+def soak_103000(a, b, rm, rv):
+    rv.neg_()
+    b.copy_(a)
+    rv.sin_()
+    t0 = b.view(-1)
+    t0.neg_()
+    t1 = F.batch_norm(a, rm, rv, training=True, momentum=0.1)
+    with torch.no_grad():
+        a.mul_(0.5)
+    t2 = b[1:]  # noqa: F841
+    t3 = b.sigmoid()  # noqa: F841
+    t4 = t1.view(-1)  # noqa: F841
+    return (t0, b)
+
+
+def test_a_copy_into_an_input_keeps_the_inputs_strides_for_a_later_view():
+    """Was a crash where plain Thunder is right (soak seed 103000, every cell without grad):
+    ``b.copy_(a)`` became ``clone(a)``, laid out like the transposed ``a``, where eager's copy
+    keeps ``b``'s strides, and ``b.view(-1)`` failed on it (in the ``torch_compile_ex`` cells
+    in Dynamo's fake run).  The value is now laid out like the input itself."""
+    assert_matches_eager(copy_from_a_transposed_tensor_then_viewed, lambda g: (_transposed(g), _x(False)), configs=ALL_CELLS)
+
+
+def test_a_copy_into_a_transposed_input_then_viewed_raises_as_eager_does():
+    """The other way round: eager's ``b.view(-1)`` of a transposed ``b`` raises, whatever was
+    copied into it; a value laid out like the source would have let the view through."""
+    cells = judge_function(
+        copy_from_a_transposed_tensor_then_viewed, lambda g: (_x(g), _transposed(False)), grad_modes=(False,), configs=ALL_CELLS
+    ).cells
+    # Dynamo's fake run raises its own ValueError for the same view: out of scope, an error too.
+    assert cells and all(c.status == "crash" and not c.failed for c in cells), "\n".join(map(str, cells))
+    assert any(c.detail == "raises as eager does" for c in cells), "\n".join(map(str, cells))
+
+
+def test_soak_103000_answers_where_dynamo_does_not_refuse_the_batch_norm_view():
+    """The soak's program: ``t1.view(-1)`` of ``batch_norm`` of a transposed ``a`` is the
+    documented Dynamo limit in the ThunderFX cells (plain ThunderFX too); every other cell is
+    eager's answer."""
+    make = lambda g: (_transposed(False), _x(False), *_stats())  # noqa: E731
+    cells = judge_function(soak_103000, make, grad_modes=(False,), configs=ALL_CELLS).cells
+    assert all(c.verdict == "ok" for c in cells if c.config.entry == "jit"), "\n".join(map(str, cells))
+    assert all(c.verdict in ("ok", "out-of-scope") for c in cells), "\n".join(map(str, cells))
+
+
+def test_a_documented_limit_that_plain_thunder_answers_is_the_transforms_crash(monkeypatch):
+    """The verdict rule: a documented limit is out of scope only where plain Thunder, through
+    the same entry and executors, does not answer either.  Before the fix above, the
+    ``torch_compile_ex`` cells of the reduced program crashed in Dynamo's fake run with the
+    documented batch_norm error and were judged out of scope, which hid the transform's bug."""
+    import thunder_ext.testing.fuzzing as fuzzing
+    from thunder_ext.testing.compare import Outcome, Verdict
+
+    try:
+        raise RuntimeError("Detected a cycle while swapping")  # a documented limit's message
+    except RuntimeError as e:
+        error = e
+    assert fuzzing.documented_crash(error) is not None
+    monkeypatch.setattr(fuzzing, "differential", lambda build, config: Verdict("crash", "RuntimeError", outcome=Outcome(error=error)))
+    config = next(c for c in ALL_CELLS if c.entry == "thunderfx" and c.executors == "torch_compile")
+    asked = []
+
+    def baseline(status):
+        def plain(entry="jit"):
+            asked.append(entry)
+            return Verdict(status)
+
+        return plain
+
+    answered = fuzzing.judge_cell(None, config, False, baseline("correct"))
+    assert answered.verdict == "crash" and "plain thunder via thunderfx: correct" in answered.detail, answered
+    assert asked == ["thunderfx"]
+    crashed_too = fuzzing.judge_cell(None, config, False, baseline("crash"))
+    assert crashed_too.verdict == "out-of-scope", crashed_too

@@ -659,14 +659,17 @@ class _Functionalizer:
                 # autodiff keeps only one of their cotangents (`t1.copy_(t0); return t0, t1`).
                 # (The ``where`` below is a fresh tensor too.)
                 source = value
-                old = self.cur.get(g, {}).get(_BASE) if self.viewed_strictly_after(g, i) else None
-                if old is not None and g not in self.info.input_groups:
-                    # Eager's copy keeps the destination's strides, which a later ``view`` needs
-                    # (``t0 = batch_norm(a); t0.copy_(a); t0.view(2, 6)`` with ``a`` transposed,
-                    # soak seed 96000); a clone has the source's.  ``where`` lays its output out as
-                    # its first operand, a flag made like the old value (which it does not read).
+                # Eager's copy keeps the destination's strides, which a later ``view`` needs
+                # (``t0 = batch_norm(a); t0.copy_(a); t0.view(2, 6)`` with ``a`` transposed, soak
+                # seed 96000; ``b.copy_(a); b.view(-1)``, soak seed 103000); a clone has the
+                # source's.  ``where`` lays its output out as its first operand, a flag made like
+                # the destination (which it does not read): an input's own layout, the caller's.
+                like = None
+                if self.viewed_strictly_after(g, i):
+                    like = self.input_of[g] if g in self.input_of else self.cur.get(g, {}).get(_BASE)
+                if like is not None:
                     bsyms, value = self.record(
-                        lambda: ltorch.where(ltorch.full_like(old, True, dtype=dtypes.bool8), source, source)
+                        lambda: ltorch.where(ltorch.full_like(like, True, dtype=dtypes.bool8), source, source)
                     )
                 else:
                     bsyms, value = self.record(lambda: ltorch.clone(source))
