@@ -77,8 +77,8 @@ A crash (any other exception) is a failure, even where plain Thunder crashes the
 for a user it is still a failed call.  The only exemptions are the Thunder limitations
 that docs/limits.md documents with their exact errors (:data:`DOCUMENTED_CRASHES`): such a cell is *out of
 scope*, unless plain Thunder through the same entry and executors answers the program (then the
-transform brought the limit on, and the cell is a crash).  A failing cell's detail still says what plain Thunder (no transform, ``consecutive``,
-the cell's executors) does with the program.  A program all of whose cells are out of scope
+transform brought the limit on, and the cell is a crash).  A failing cell's detail still says
+what plain Thunder (no transform, ``consecutive``, the cell's executors) does with the program.  A program all of whose cells are out of scope
 is rejected by the test.
 
 :func:`soak` judges many programs without stopping at the first failure and groups the
