@@ -5000,3 +5000,24 @@ def test_a_documented_limit_that_plain_thunder_answers_is_the_transforms_crash(m
     assert asked == ["thunderfx"]
     crashed_too = fuzzing.judge_cell(None, config, False, baseline("crash"))
     assert crashed_too.verdict == "out-of-scope", crashed_too
+
+
+def view_made_before_a_copy_read_after_it(a, b):  # soak 104000, as found
+    a[0] = 2.0
+    t0 = b.view(2, 6)
+    b.copy_(a)
+    t0.add_(0.5)  # the view, made again from b's new value
+    b.copy_(a)
+    t1 = t0.type_as(t0)
+    with torch.no_grad():
+        a.mul_(1.5)
+    with torch.no_grad():
+        t0.add_(-0.5)
+    return (t1, a, t0)
+
+
+def test_a_view_made_before_a_copy_into_its_input_and_read_after_it_keeps_the_inputs_strides():
+    """Was a crash where plain Thunder is right (soak seed 104000, without grad): the copy's
+    value was laid out like the transposed ``a``, and the view made before the copy, made again
+    from that value when read after it, failed.  Every cell is eager's now."""
+    assert_matches_eager(view_made_before_a_copy_read_after_it, lambda g: (_transposed(False), _x(g) * 1), configs=ALL_CELLS)

@@ -230,6 +230,12 @@ def _candidates(bsym: BoundSymbol) -> list[TensorProxy]:
             # and PyTorch refuses the overlap (soak seed 44000: ``t0.copy_(t1); t0.index_copy_(0, idx, t1)``).
             return []
         return [buf]
+    if name == "where" and len(bsym.args) == 3 and all(isinstance(a, TensorProxy) for a in bsym.args):
+        if bsym.args[1].name == bsym.args[2].name:
+            # ``where(flag, s, s)`` is how the functionalizer lays a copy out like its destination
+            # (the flag's layout): written into ``s``, it would take ``s``'s, and a later ``view``
+            # eager allows would fail (soak seed 104000).
+            return []
     # Positional tensor arguments only: a tensor keyword (a weight, ``out``) is not the data.
     seen: list[TensorProxy] = []
     for a in bsym.args:
