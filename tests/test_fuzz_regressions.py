@@ -5021,3 +5021,46 @@ def test_a_view_made_before_a_copy_into_its_input_and_read_after_it_keeps_the_in
     value was laid out like the transposed ``a``, and the view made before the copy, made again
     from that value when read after it, failed.  Every cell is eager's now."""
     assert_matches_eager(view_made_before_a_copy_read_after_it, lambda g: (_transposed(False), _x(g) * 1), configs=ALL_CELLS)
+
+
+def index_add_from_a_stepped_slice(a, b, idx):  # soak 104000, reduced
+    t0 = b[::2]
+    a.index_add_(0, idx, t0)
+    return (a * 1, t0)
+
+
+def index_add_from_a_value_of_a_stepped_slice(a, b, idx):
+    a.index_add_(0, idx, b[1::2] * 1)
+    return (a.sin(),)
+
+
+def _stepped_make(g):
+    return _x(False), _transposed(g), torch.tensor([1, 0])
+
+
+@pytest.mark.parametrize("fn", [index_add_from_a_stepped_slice, index_add_from_a_value_of_a_stepped_slice])
+def test_an_index_add_from_a_stepped_slice_of_an_input_runs_outside_inductor(fn):
+    """Was silently wrong in every ``torch_compile_ex`` cell, as in plain Thunder and plain
+    ``torch.compile`` (soak seed 104000): Inductor's ``index_add`` from a stepped slice of a
+    transposed input (or a value computed from one) adds wrong values.  Such an ``index_add``
+    now runs outside every region (``inductor_regions._added_from_a_stepped_input``).
+
+    Not under ThunderFX with grad: Thunder has no gradient rule for ``index_add``, so ThunderFX's
+    splitter hands the op to Inductor itself, which the transform never sees (plain ThunderFX is
+    wrong the same way; docs/limits.md, Open problems)."""
+    jit = tuple(c for c in ALL_CELLS if c.entry == "jit")
+    assert_matches_eager(fn, _stepped_make, configs=jit)
+    fx = tuple(c for c in ALL_CELLS if c.entry == "thunderfx")
+    assert_matches_eager(fn, _stepped_make, grad_modes=(False,), configs=fx)
+
+
+def test_an_index_add_from_a_stepped_slice_of_a_transposed_tensor_is_wrong_in_plain_torch_compile():
+    """The upstream bug the third family of ``unfuse_scatters`` works around (torch 2.11, CPU):
+    fails when Inductor gets it right, and the workaround can go (docs/workarounds.md)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    a, b, idx = _stepped_make(False)
+    ea = a.clone()
+    index_add_from_a_stepped_slice(ea, b.clone(), idx)
+    torch.compile(index_add_from_a_stepped_slice, fullgraph=True)(a, b, idx)
+    assert not torch.allclose(a, ea), "plain torch.compile is right here now: the scatter family may go"

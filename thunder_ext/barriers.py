@@ -1133,7 +1133,7 @@ def _unfused(trace, options: PlacementOptions, out: list[BoundSymbol]) -> tuple[
     many epilogue copies stay in Inductor's region (:func:`epilogue_fits_a_region`)."""
     config = options.config
     if options.symbols.inductor:
-        out = unfuse_scatters(out)[0]
+        out = unfuse_scatters(out, trace)[0]
         out = eager_overlapping_copies(out, input_names(trace))[0]
         if config.epilogue_inputs and epilogue_fits_a_region(out, config.epilogue_inputs):
             return out, 0, sum(1 for b in out if is_copy(b))  # the epilogue's, the region's only copies

@@ -37,7 +37,7 @@ from thunder.core.proxies import TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
 from thunder.core.trace import TraceCtx, tracectx
 
-from thunder_ext.alias_analysis import view_chain
+from thunder_ext.alias_analysis import input_names, view_chain
 from thunder_ext.barrier_plan import Plan, WalkPolicy
 from thunder_ext.functionalize import _claim
 from thunder_ext.op_kinds import (
@@ -1210,6 +1210,54 @@ def _read_beside(scatter: BoundSymbol, forward: list[BoundSymbol], reduced: set[
     return False
 
 
+def _steps(b: BoundSymbol) -> bool:
+    """``b`` is, or decomposes into, a ``slice`` with a step other than 1."""
+    stack = [b]
+    while stack:
+        s = stack.pop()
+        if s.sym.id == prims.PrimIDs.SLICE and len(s.args) > 3 and s.args[3] is not None:
+            if any(not isinstance(k, int) or k != 1 for k in s.args[3]):
+                return True
+        stack.extend(s.subsymbols)
+    return False
+
+
+def _added_from_a_stepped_input(scatter: BoundSymbol, forward: list[BoundSymbol], inputs: set[str]) -> bool:
+    """An ``index_add`` whose source is computed (through any ops) from a stepped slice of a
+    trace input (or of a view of one): Inductor adds wrong values when that input is laid out
+    as a transpose (``a.index_add_(0, idx, b[::2])``, also ``b[::2] * 1``; ``b[:2]``, a
+    contiguous ``b`` and ``index_copy`` come out right; soak seed 104000).  Strides are not in
+    the trace, so every layout counts."""
+    if "index_add" not in str(scatter.sym.name) or not inputs:
+        return False
+    made = {o.name: b for b in forward for o in tensor_outs(b)}
+    viewed = _through_views(forward)
+
+    def of_an_input(name: str) -> bool:
+        seen: set[str] = set()
+        while name not in inputs:
+            if name in seen or name not in viewed:
+                return False
+            seen.add(name)
+            args = tensor_args(viewed[name])
+            if not args:
+                return False
+            name = args[0].name
+        return True
+
+    todo, seen = [tensor_args(scatter)[-1].name], set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in made:
+            continue
+        seen.add(name)
+        b = made[name]
+        if _steps(b) and tensor_args(b) and of_an_input(tensor_args(b)[0].name):
+            return True
+        todo.extend(p.name for p in tensor_args(b))
+    return False
+
+
 def unfuse_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tuple[list[BoundSymbol], int]:
     """``out`` with the forward ``index_copy``/``index_add`` calls Inductor gets wrong run eagerly,
     outside every ``torch_compile_ex`` region, and how many.  Two families (torch 2.11, CPU,
@@ -1225,7 +1273,9 @@ def unfuse_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tu
       as if the scatter had not run.  Functionalization makes the scatter from a write through a
       view (``a.t().add_(0.5)`` next to a ``batch_norm``, soak seed 60000; ``t0 =
       torch.diagonal(b)``, ``t1 = b.sum(0) * b``, ``t0[1:] = 0.5``, ``b.lerp_(t1, 0.1)``: soak seed
-      71000; plain Thunder right in both)::
+      71000; plain Thunder right in both);
+    * an ``index_add`` whose source is computed from a stepped slice of a trace input
+      (:func:`_added_from_a_stepped_input`; soak seed 104000, plain Thunder wrong too)::
 
         before (torch_compile_ex may fuse)          after
         t20 = ltorch.index_copy(t1, 0, idx, t1)     t20 = eager_index_copy(t1, 0, idx, t1)
@@ -1243,11 +1293,16 @@ def unfuse_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tu
     forward = [b for b in out if not has_tags(b, {BoundSymbolTag.BACKWARD})]
     # Once per trace; each scatter then walks it once.
     reduced = _read_by_reductions(forward) | _computed_from_reductions(forward)
+    inputs = set(input_names(trace)) if trace is not None else set()
     moved = 0
     for k in scatters:
         b = out[k]
         args = tensor_args(b)
-        if not (any(a.name == args[0].name for a in args[1:]) or _read_beside(b, forward, reduced)):
+        if not (
+            any(a.name == args[0].name for a in args[1:])
+            or _read_beside(b, forward, reduced)
+            or _added_from_a_stepped_input(b, forward, inputs)
+        ):
             continue
         eager = eager_scatter(b, prim=True)
         if eager is not None:
