@@ -1260,7 +1260,7 @@ def _added_from_a_stepped_input(scatter: BoundSymbol, forward: list[BoundSymbol]
 
 def unfuse_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tuple[list[BoundSymbol], int]:
     """``out`` with the forward ``index_copy``/``index_add`` calls Inductor gets wrong run eagerly,
-    outside every ``torch_compile_ex`` region, and how many.  Two families (torch 2.11, CPU,
+    outside every ``torch_compile_ex`` region, and how many.  Three families (torch 2.11, CPU,
     ``torch.compile`` alone too):
 
     * a scatter whose source is its own ``self`` (one proxy, both places): Inductor computes
