@@ -5016,10 +5016,13 @@ def view_made_before_a_copy_read_after_it(a, b):  # soak 104000, as found
     return (t1, a, t0)
 
 
+@pytest.mark.xfail(strict=True, reason="open: soak 104000's crash (docs/limits.md)")
 def test_a_view_made_before_a_copy_into_its_input_and_read_after_it_keeps_the_inputs_strides():
-    """Was a crash where plain Thunder is right (soak seed 104000, without grad): the copy's
-    value was laid out like the transposed ``a``, and the view made before the copy, made again
-    from that value when read after it, failed.  Every cell is eager's now."""
+    """A crash where plain Thunder is right (soak seed 104000, without grad), open: the copy's
+    value is laid out like the transposed ``a``, and the view made before the copy, made again
+    from that value when read after it, fails.  Laying the value out like ``b`` (the ``where``
+    form) fixed it, but put that ``where`` into ``torch_compile_ex`` regions with grad where
+    Inductor's C++ code generation fails (``old_view_set_by_partial_slice_after_a_grad_write``)."""
     assert_matches_eager(view_made_before_a_copy_read_after_it, lambda g: (_transposed(False), _x(g) * 1), configs=ALL_CELLS)
 
 

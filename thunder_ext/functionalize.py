@@ -241,7 +241,7 @@ class _Functionalizer:
         self.trace, self.new_trace, self.bsyms = trace, new_trace, bsyms
         # Outputs of ops that may be views, to be taken as views (thunder_ext.stride_choices).
         self.assumed_views = assumed_views
-        self.strictly_viewed: set[str] | None = None  # storage groups some ``view`` is made of
+        self.last_strict_view: dict[str, int] | None = None  # storage group -> its last ``view``
         self.differentiable = differentiable
         self.executors = executors
         self.functional_inputs = functional_inputs
@@ -661,12 +661,11 @@ class _Functionalizer:
                 source = value
                 # Eager's copy keeps the destination's strides, which a later ``view`` needs
                 # (``t0 = batch_norm(a); t0.copy_(a); t0.view(2, 6)`` with ``a`` transposed, soak
-                # seed 96000; ``b.copy_(a); b.view(-1)``, soak seed 103000, or a view made before
-                # the copy and read after it, seed 104000); a clone has the
+                # seed 96000; ``b.copy_(a); b.view(-1)``, soak seed 103000); a clone has the
                 # source's.  ``where`` lays its output out as its first operand, a flag made like
                 # the destination (which it does not read): an input's own layout, the caller's.
                 like = None
-                if self.viewed_strictly(g):
+                if self.viewed_strictly_after(g, i):
                     like = self.input_of[g] if g in self.input_of else self.cur.get(g, {}).get(_BASE)
                 if like is not None:
                     bsyms, value = self.record(
@@ -694,15 +693,20 @@ class _Functionalizer:
             self.cur[g] = {_BASE: new_base} if borrowed else {_BASE: new_base, n: value}
             self.report.new_values.append((bsym, new_base))
 
-    def viewed_strictly(self, g: str) -> bool:
-        """A ``view`` (which needs strides it can view) is made of storage ``g``.  One made before
-        a write counts too: a read of it after the write makes it again, from the new value
-        (``t0 = b.view(2, 6); b.copy_(a); t0.add_(0.5)``, soak seed 104000)."""
-        if self.strictly_viewed is None:  # one walk, at the first question
-            self.strictly_viewed = {
-                self.info.group_of(tensor_args(b)[0]) for b in self.bsyms if b.sym.id in _STRICT_VIEWS and tensor_args(b)
+    def viewed_strictly_after(self, g: str, i: int) -> bool:
+        """A ``view`` (which needs strides it can view) of storage ``g`` comes after bsym ``i``.
+
+        Not one made before the write and made again after it from the new value (``t0 =
+        b.view(2, 6); b.copy_(a); t0.add_(0.5)``, soak seed 104000, still a crash): counting it
+        put the ``where`` into ``torch_compile_ex`` regions with grad where Inductor's C++ code
+        generation fails on it (``b[0]`` and ``b.view(2, 6)`` before ``b.copy_(a)``)."""
+        if self.last_strict_view is None:  # one walk, at the first question
+            self.last_strict_view = {
+                self.info.group_of(tensor_args(b)[0]): k
+                for k, b in enumerate(self.bsyms)
+                if b.sym.id in _STRICT_VIEWS and tensor_args(b)
             }
-        return g in self.strictly_viewed
+        return self.last_strict_view.get(g, -1) > i
 
     def overwrites_gradient(self, bsym: BoundSymbol, w: _Write, g: str) -> bool:
         """A whole-tensor write with grad, into storage gradients flow through, of a value that does
