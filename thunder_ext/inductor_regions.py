@@ -1149,15 +1149,20 @@ _REDUCTIONS = frozenset(
 _SCATTER_NAMES = frozenset({"index_copy", "index_add"})  # the symbols eager_scatter binds
 
 
-def _reduces(bsym: BoundSymbol) -> bool:
-    """``bsym`` is, or decomposes into, a reduction prim."""
+def _decomposes_into(bsym: BoundSymbol, found) -> bool:
+    """``found`` holds for ``bsym`` or one of its subsymbols, at any depth."""
     stack = [bsym]
     while stack:
         b = stack.pop()
-        if b.sym.id in _REDUCTIONS:
+        if found(b):
             return True
         stack.extend(b.subsymbols)
     return False
+
+
+def _reduces(bsym: BoundSymbol) -> bool:
+    """``bsym`` is, or decomposes into, a reduction prim."""
+    return _decomposes_into(bsym, lambda b: b.sym.id in _REDUCTIONS)
 
 
 def _passes_data(b: BoundSymbol) -> bool:
@@ -1210,16 +1215,14 @@ def _read_beside(scatter: BoundSymbol, forward: list[BoundSymbol], reduced: set[
     return False
 
 
-def _steps(b: BoundSymbol) -> bool:
-    """``b`` is, or decomposes into, a ``slice`` with a step other than 1."""
-    stack = [b]
-    while stack:
-        s = stack.pop()
-        if s.sym.id == prims.PrimIDs.SLICE and len(s.args) > 3 and s.args[3] is not None:
-            if any(not isinstance(k, int) or k != 1 for k in s.args[3]):
-                return True
-        stack.extend(s.subsymbols)
-    return False
+def _is_stepped_slice(b: BoundSymbol) -> bool:
+    strides = b.args[3] if b.sym.id == prims.PrimIDs.SLICE and len(b.args) > 3 else None
+    return strides is not None and any(not isinstance(k, int) or k != 1 for k in strides)
+
+
+def _steps(bsym: BoundSymbol) -> bool:
+    """``bsym`` is, or decomposes into, a ``slice`` with a step other than 1."""
+    return _decomposes_into(bsym, _is_stepped_slice)
 
 
 def _added_from_a_stepped_input(scatter: BoundSymbol, forward: list[BoundSymbol], inputs: set[str]) -> bool:
