@@ -112,17 +112,6 @@ def _expected_refusal(prog: Program) -> type:
     return REFUSAL_ERRORS[prog.hazard.split()[0]]
 
 
-# Under ThunderFX, an input that does not require grad written with a value that does is refused
-# (ViewGradientError): Dynamo hands the input itself back from outside the graph, where no check
-# sees it, and eager's caller gets it with the write's history (returned_input_written_with_grad
-# is silently wrong in plain ThunderFX).  These cells write such a value into such an input.
-# As built, the gallery says so (Program.thunderfx_refused); these variants make the value carry one.
-THUNDERFX_GRADIENT_INTO_PLAIN_INPUT = {
-    ("mutate_input", "grad_on"),  # x.add_(w)
-    ("index_copy_cache", "grad_on"),  # cache.index_copy_(0, idx, k)
-}
-
-
 # -- the matrix -------------------------------------------------------------------------------
 
 
@@ -132,9 +121,7 @@ def test_gallery_cell(prog: Program, variant: str, build, config: Config):
     verdict = differential(build, config, eager=reference_outcome(prog, build))
     detail = f"{verdict.status}: {verdict.detail}"
     expected = _expected_refusal(prog) if prog.refused and variant == "as_built" else None
-    if config.entry == "thunderfx" and (prog.name, variant) in THUNDERFX_GRADIENT_INTO_PLAIN_INPUT:
-        expected = ViewGradientError
-    elif config.entry == "thunderfx" and prog.thunderfx_refused is not None and variant == "as_built":
+    if config.entry == "thunderfx" and prog.thunderfx_refused is not None and variant == "as_built":
         expected = prog.thunderfx_refused
     if expected is not None:
         assert verdict.status == "refused", detail

@@ -1532,18 +1532,15 @@ def test_returned_view_of_a_plain_input_written_with_grad_is_answered():
     """Was ViewGradientError (soak seed 15000, program 6421): the refusal of a returned input that
     does not require grad, after a write of a value that does, also caught views of it.  A view
     is a new tensor, which Thunder returns with the write's history.  The input itself returned
-    is answered too: the output is then the value written (with its history), not the caller's
-    tensor, which gets the value from the epilogue."""
-    from thunder_ext import ViewGradientError
-    from thunder_ext.testing.compare import error_in_chain
-
+    is answered too: the output is the caller's tensor, which adopts the value's history."""
     make = lambda g: (_x(False), _x(g))  # noqa: E731
     for fn in (returned_view_of_an_input_written_with_grad, returned_slice_of_an_input_written_through_a_slice_with_grad):
         cells = judge_function(fn, make, configs=(*CONFIGS, *TORCH_COMPILE)).cells
         assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
-        # Under ThunderFX every such write is refused: Dynamo may return the input itself.
+        # Under ThunderFX, where Dynamo hands back the caller's ``a`` itself, ``a`` adopts the
+        # write's history after the call (thunder_ext.input_histories).
         v = differential(lambda: (fn, make(True), {}), replace(CONFIGS[1], entry="thunderfx"))
-        assert v.status == "refused" and error_in_chain(v.outcome.error, ViewGradientError), v.detail
+        assert v.status == "correct", v.detail
     # The input itself returned: the output is the value written, which carries the history.
     cells = judge_function(returned_input_and_its_view_written_with_grad, make, configs=(*CONFIGS, *TORCH_COMPILE)).cells
     assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
@@ -2050,13 +2047,17 @@ def test_whole_copy_from_storage_kept_in_place_leaves_the_input_functional():
     """Was ``ViewGradientError`` under ``thunder.jit`` with grad (plain Thunder right): ``a`` was
     kept in place, silently, because the value copied into it is ``b``'s, whose writes stay in
     place. A whole-tensor copy's value is a clone, which aliases nothing, so ``a`` goes
-    functional and its output is the value, with eager's history. ThunderFX keeps its
-    documented refusal of a gradient value written into a plain input."""
+    functional and its output is the value, with eager's history.
+
+    Under ThunderFX with grad the no-grad block cuts the graph after ``a.neg_()``: the first piece
+    gives the caller's ``a`` the history of ``b``'s value, as eager does
+    (:mod:`thunder_ext.input_histories`), and the last piece writes ``a``, which now requires grad,
+    with grad enabled: class 9, the one refusal allowed under grad."""
     make = lambda g: (_x(False), _x(g) * 1)  # noqa: E731
     cells = judge_function(copy_of_a_grad_input_later_written_under_no_grad, make, configs=ALL_CELLS).cells
     for c in cells:
         if c.grad and c.config.entry == "thunderfx":
-            assert c.status == "refused" and "Dynamo hands the input itself back" in c.detail, str(c)
+            assert c.status == "refused" and "GradInputWriteError" in c.detail, str(c)
         else:
             assert c.verdict == "ok" and c.status == "correct", str(c)
 
@@ -3193,15 +3194,10 @@ def test_an_input_read_by_linear_ops_before_its_last_write_is_made_a_value():
     ``b``'s value, read with grad through ``t0``, then written again; the pass kept it in place,
     as for ``y = x * w; x.add_(1)``, where eager's backward raises on the saved ``x``.  ``sub``
     and ``mean`` save no input, eager answers, and so does the transform now, with ``a`` a value
-    (under ``thunder.jit``; ThunderFX keeps its documented refusal of such a write)."""
+    (under ThunderFX too, where the caller's ``a`` adopts the write's history)."""
     make = lambda g: (_x(False), _x(g) * 1, _stats()[0])  # noqa: E731
     cells = judge_function(linear_reads_of_an_input_view_before_its_last_write, make, grad_modes=(True,), configs=ALL_CELLS).cells
-    # Through ThunderFX, the documented refusal of an input written with a value that carries a
-    # gradient (docs/limits.md): Dynamo hands the caller's tensor back without that history.
-    assert cells and all(
-        c.status == "correct" or (c.config.entry == "thunderfx" and "Under ThunderFX" in c.detail) for c in cells
-    ), "\n".join(map(str, cells))
-    assert sum(c.status == "correct" for c in cells) == len(cells) // 2, "\n".join(map(str, cells))
+    assert cells and all(c.status == "correct" for c in cells), "\n".join(map(str, cells))
 
 
 # -- soak seed 63000 ---------------------------------------------------------------------------
@@ -3390,9 +3386,7 @@ def test_a_view_after_the_epilogue_makes_no_region_of_its_own():
 
     prog = by_name("grad_through_view_of_input")
     fn, args, _ = prog.build()
-    # Under ThunderFX the gallery documents a refusal here (Program.thunderfx_refused).
-    jit_cells = tuple(c for c in ALL_CELLS if c.entry == "jit")
-    cells = judge_function(fn, lambda g: prog.build()[1], grad_modes=(True,), configs=jit_cells).cells
+    cells = judge_function(fn, lambda g: prog.build()[1], grad_modes=(True,), configs=ALL_CELLS).cells
     assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
     compiled = compile_fn(fn, Config(fusion_type="dataflow", executors="torch_compile"))
     compiled(*args)
@@ -3439,12 +3433,11 @@ def test_contiguous_of_input_written_with_grad_carries_its_history(fn):
     """Was silently wrong (plain Thunder is): the gradient of ``b`` was None.  ``a.contiguous()``
     is ``a`` in eager, carrying the write's history; made from the epilogue ``copy_``'s output, it
     was the caller's tensor at run time, which has none.  It reads the value now, as a bare
-    ``return a`` does.  ThunderFX refuses, as for any value with a gradient written into an input
-    that has none (Dynamo hands the input itself back)."""
+    ``return a`` does.  Under ThunderFX, where Dynamo hands back the caller's ``a`` itself, ``a``
+    adopts the write's history after the call (:mod:`thunder_ext.input_histories`)."""
     make = lambda g: (torch.randn(4, 3), torch.randn(4, 3).requires_grad_(g))  # noqa: E731
     cells = judge_function(fn, make, grad_modes=(True,), configs=ALL_CELLS).cells
-    assert cells and all(c.verdict == "ok" for c in cells), "\n".join(map(str, cells))
-    assert all(c.status == "correct" for c in cells if c.config.entry == "jit"), "\n".join(map(str, cells))
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
 
 
 def test_contiguous_of_input_written_with_grad_is_wrong_in_plain_thunder():
@@ -4153,7 +4146,7 @@ def test_an_input_returned_twice_after_a_gradient_write_gets_both_cotangents(fn)
     makes the input's final value the output, so ``a`` returned under two names became one proxy
     returned twice, and Thunder's autodiff gave it one cotangent: ``b``'s gradient lost one or
     both.  A repeated output is now handed back apart wherever it comes from, not only after
-    folding an identity op.  ThunderFX refuses these (Dynamo hands the input itself back)."""
+    folding an identity op.  Under ThunderFX the caller's ``a`` adopts the write's history."""
     make = lambda g: (torch.randn(4, 3), (torch.randn(4, 3, requires_grad=g) * 1) if g else torch.randn(4, 3))  # noqa: E731
     assert_matches_eager(fn, make, configs=ALL_CELLS)
 
@@ -4738,13 +4731,11 @@ def test_a_gradless_overwrite_read_only_into_a_plain_input_is_answered():
     cells = judge_function(gradless_copy_read_only_by_a_write_into_a_plain_input, make, configs=default).cells
     # With grad under ThunderFX, the no-grad block cuts the graph after ``t0.copy_(rm)``: ``t0``
     # leaves the first piece with eager's history (a zero gradient to ``a``), and the next piece
-    # writes it into ``rv``, whose history Dynamo cannot hand back to the caller: refused.  Plain
-    # Thunder's answer only looks right because it drops ``t0``'s history, which is wrong where
-    # the program returns ``t0 * 2`` (gradless_copy_then_returned: the same first piece).
-    fx_grad = [c for c in cells if c.grad and c.config.entry == "thunderfx"]
-    assert fx_grad and all(c.status == "refused" and "ViewGradientError" in c.detail for c in fx_grad), "\n".join(map(str, cells))
-    others = [c for c in cells if c not in fx_grad]
-    assert others and all(c.verdict == "ok" and c.status == "correct" for c in others), "\n".join(map(str, cells))
+    # writes it into ``rv``, which adopts that history after the call, as in eager
+    # (thunder_ext.input_histories).  Plain Thunder's answer only looks right because it drops
+    # ``t0``'s history, which is wrong where the program returns ``t0 * 2``
+    # (gradless_copy_then_returned: the same first piece).
+    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
     # Under ThunderFX the no-grad block cuts the graph, and the program is answered there
     # (test_a_thunderfx_piece_that_ends_without_grad_keeps_its_gradients): jit cells only.
     jit = tuple(c for c in default if c.entry == "jit")
@@ -4815,18 +4806,18 @@ def test_a_refused_thunderfx_piece_leaves_grad_enabled():
     disabled (``with torch.no_grad():`` in eager restores it, whatever is raised inside)."""
     from thunder.dynamo import thunderfx
 
-    from thunder_ext import InplaceBarrierTransform, ViewGradientError
+    from thunder_ext import GradInputWriteError, InplaceBarrierTransform
 
     def fn(a, rm, rv):
         t = a * 1
         with torch.no_grad():
             t.lerp_(rv, 0.1)  # the piece before ends with grad off
-        rm.add_(a[0])  # refused: Dynamo hands rm back without the history eager gives it
+        a.add_(rm)  # refused: class 9, an input that requires grad written with grad
         return t
 
     assert torch.is_grad_enabled()
-    with pytest.raises(ViewGradientError):
-        thunderfx(fn, transforms=[InplaceBarrierTransform()])(_x(True), *_stats())
+    with pytest.raises(GradInputWriteError):
+        thunderfx(fn, transforms=[InplaceBarrierTransform()])(_x(True) * 1, *_stats())
     assert torch.is_grad_enabled()
 
 

@@ -146,6 +146,10 @@ class BarrierReport:
     # (thunder_ext.stride_choices.StrideChoiceReport; before autodiff), or None.
     stride_choices: object = None
     epilogue_writes: dict[str, BoundSymbol] = field(default_factory=dict)  # input -> its epilogue copy_
+    # Inputs written with a value carrying a gradient -> that value, and the flat output positions
+    # that hand such an input back (thunder_ext.functionalize; read by thunder_ext.input_histories).
+    histories: dict[str, object] = field(default_factory=dict)
+    returned_inputs: dict[int, str] = field(default_factory=dict)
     # Old values of epilogue inputs the backward reads, cloned where they are made (fusion stage;
     # thunder_ext.saved_values): the copies a correct gradient costs.
     saved_old_values: list[str] = field(default_factory=list)
@@ -977,6 +981,7 @@ def _pipeline(
         report.functional_inputs, report.kept_inputs = freport.functional_inputs, freport.kept_inputs
         report.kept_private_groups = freport.kept_private_groups
         report.epilogue_writes = freport.epilogue_writes
+        report.histories, report.returned_inputs = freport.histories, freport.returned_inputs
         report.zero_gradient_links = freport.zero_gradient_links
     if copied is not None:
         report.copied_view_handles, report.copied_views_replayed = copied.write_handles, copied.replayed_reads

@@ -87,7 +87,7 @@ from dataclasses import dataclass, field
 import thunder.torch as ltorch
 from thunder.core import dtypes, prims
 from thunder.core.proxies import ProxyTag, TensorProxy, variableify
-from thunder.core.pytree import tree_map
+from thunder.core.pytree import tree_flatten, tree_map
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag, Symbol
 from thunder.core.trace import TraceCtx, from_trace
 from thunder.extend import Executor
@@ -153,6 +153,11 @@ class FunctionalizeReport:
     # Whole-tensor overwrites of storage gradients flow through, whose value keeps eager's zero
     # gradient to the overwritten tensor (:meth:`_Functionalizer.overwrites_gradient`).
     zero_gradient_links: int = 0
+    # Inputs written with a value that carries a gradient: input name -> that value, which the
+    # caller's tensor adopts the history of after the call (thunder_ext.input_histories).
+    histories: dict[str, TensorProxy] = field(default_factory=dict)
+    # Flat output positions where the return hands back such an input itself (as its value).
+    returned_inputs: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -529,6 +534,8 @@ class _Functionalizer:
                     n = self.node.get(p.name)
                     if n is not None and n != _BASE and self.info.group_of(p) == g:
                         kept[n] = self.value(g, n, ret)
+            if g in self.written_with_history:
+                self.report.histories[x.name] = value
             bsyms, out = self.record(lambda: prims.copy_(value, x, grad_enabled=False))
             # Under the user's source line of the input's last write: refusals and reports name it.
             self.emit(bsyms, self.last_write_of.get(g, ret))
@@ -559,6 +566,11 @@ class _Functionalizer:
         if not ret.args or not isinstance(ret.args[0], dict):
             return ret
         swap = self.returned_values
+        inputs = {o: x.name for o, x in ((self.cur[g][_BASE].name, x) for g, x in self.input_of.items() if g in self.cur)}
+        flat, _ = tree_flatten(ret.args[0].get("output"))
+        for k, p in enumerate(flat):
+            if isinstance(p, TensorProxy) and p.name in swap and p.name in inputs:
+                self.report.returned_inputs[k] = inputs[p.name]
 
         def value(p):
             return swap.get(p.name, p) if isinstance(p, TensorProxy) else p

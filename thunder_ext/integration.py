@@ -69,6 +69,8 @@ class StageReports:
     identity_ops_folded: list[str] = field(default_factory=list)
     # Writes through detach() marked as the no-grad writes they are (thunder_ext.detached_writes).
     detached_writes: DetachedWritesReport | None = None
+    # Inputs that adopt their write's history in Thunder's epilogue (thunder_ext.input_histories).
+    input_histories: object = None
     # Barrier removal on the final traces (thunder_ext.final_barriers), forward and backward.
     final_forward: "BarrierRemovalReport | None" = None
     final_backward: "BarrierRemovalReport | None" = None

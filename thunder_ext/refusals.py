@@ -83,6 +83,7 @@ def refuse_unsupported_gradients(
     stripped: tuple[list[BoundSymbol], AliasInfo] | None = None,
     graph_module: bool = False,
     assumed_views: frozenset[str] = frozenset(),
+    histories_routed: bool = False,
 ) -> None:
     """Raise for the first unsupported construct; ``after`` is the barrier pass's output for ``before``.
 
@@ -125,7 +126,12 @@ def refuse_unsupported_gradients(
     refuse_views_autodiff_copies(after, placed)
     refuse_returned_input_with_new_history(after, diff, placed)
     if graph_module:
-        refuse_plain_input_history_under_thunderfx(before, diff, stripped)
+        adopted = frozenset()
+        if histories_routed:
+            from thunder_ext.input_histories import written_values
+
+            adopted = frozenset(written_values(after, report.histories, report.epilogue_writes, graph_module=True))
+        refuse_plain_input_history_under_thunderfx(before, diff, stripped, adopted)
     made_values = frozenset(o.name for b in report.functionalized for o in tensor_outs(b))
     refuse_gradless_overwrite(before, diff, stripped, made_values=made_values)
     report.eager_raises_if_view = refuse_writes_through_views_older_than_their_gradient(diff, stripped, assumed_views)
@@ -624,7 +630,7 @@ def refuse_returned_input_with_new_history(
 
 
 def refuse_plain_input_history_under_thunderfx(
-    trace: TraceCtx, diff: set[str], stripped: tuple[list[BoundSymbol], AliasInfo]
+    trace: TraceCtx, diff: set[str], stripped: tuple[list[BoundSymbol], AliasInfo], adopted: frozenset[str] = frozenset()
 ) -> None:
     """Under ThunderFX, refuse writing a value that carries a gradient into an input that does not.
 
@@ -635,7 +641,9 @@ def refuse_plain_input_history_under_thunderfx(
     the caller would get its tensor without the history eager gives it, silently.
     """
     bsyms, info = stripped
-    plain = {info.group_of(a) for a in trace.args if isinstance(a, TensorProxy) and not a.requires_grad}
+    # An input that adopts its write's history after the call (thunder_ext.input_histories) has
+    # eager's history wherever the caller or a later graph reads it.
+    plain = {info.group_of(a) for a in trace.args if isinstance(a, TensorProxy) and not a.requires_grad and a.name not in adopted}
     for b in bsyms:
         effect = effect_of(b)
         for w in effect.writes:

@@ -60,6 +60,8 @@ class StageConfig:
     comment: bool = True  # each barrier gets a header saying why it is there
     nvfuser_may_run: bool | None = None  # overrides what the executors say (None: they decide)
     graph_module: bool = False  # the compiled function is an FX graph (ThunderFX)
+    # Inputs written with history adopt it in Thunder's epilogue (thunder_ext.input_histories).
+    histories_routed: bool = False
     # Outputs of ops that may be views, taken as views (before autodiff; thunder_ext.stride_choices).
     assumed_views: frozenset[str] = frozenset()
 
@@ -93,7 +95,9 @@ def is_graph_module(cd) -> bool:
     return isinstance(getattr(cd, "fn", None), torch.fx.GraphModule)
 
 
-def before_autodiff(cd, *, differentiable: frozenset[str], aliased_inputs: tuple[frozenset[str], ...], comment: bool) -> StageConfig:
+def before_autodiff(
+    cd, *, differentiable: frozenset[str], aliased_inputs: tuple[frozenset[str], ...], comment: bool, histories_routed: bool = False
+) -> StageConfig:
     """The computation trace's stage: nothing claimed yet, writes to inputs that do not require
     grad made values (:class:`thunder_ext.functionalize.InputPolicy`)."""
     return StageConfig(
@@ -103,6 +107,7 @@ def before_autodiff(cd, *, differentiable: frozenset[str], aliased_inputs: tuple
         functional_inputs=InputPolicy(enabled=True),
         comment=comment,
         graph_module=is_graph_module(cd),
+        histories_routed=histories_routed,
     )
 
 

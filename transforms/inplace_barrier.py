@@ -39,6 +39,7 @@ from thunder_ext.final_barriers import BarrierRemovalReport, count_barriers, rem
 from thunder_ext.identity_ops import fold_identity_ops, separate_repeated_outputs
 from thunder_ext.index_order import split_overlapping_index_writes
 from thunder_ext.input_aliases import aliased_inputs, guard_substituted_aliases
+from thunder_ext.input_histories import can_route, route_histories, written_values
 from thunder_ext.grad_modes import grad_enabled_while_rewriting, leave_grad_mode_as_the_caller_had
 from thunder_ext.integration import install_barrier_stage, reports_for
 from thunder_ext.overlap import refuse_overlapping_sources
@@ -101,8 +102,9 @@ class InplaceBarrierTransform(thunder.Transform):
                 differentiable = frozenset(differentiable_names(computation_trace))
             aliased = aliased_inputs(computation_trace)
             config = stage_config.before_autodiff(
-                cd, differentiable=differentiable, aliased_inputs=aliased, comment=self.comment
-            )
+                cd, differentiable=differentiable, aliased_inputs=aliased, comment=self.comment,
+                histories_routed=can_route(prologue_trace, computation_trace, epilogue_trace),
+            )  # fmt: skip
             try:
                 try:
                     computation_trace, config, new, report, stripped, overlaps = _place_and_refuse(computation_trace, config)
@@ -126,7 +128,22 @@ class InplaceBarrierTransform(thunder.Transform):
             reports.running_stats_only = inputs_written_only_as_running_stats(stripped)
             reports.identity_ops_folded = identities.folded
             reports.detached_writes = detached
-        return guard_substituted_aliases(prologue_trace, computation_trace), new, epilogue_trace
+        prologue_trace = guard_substituted_aliases(prologue_trace, computation_trace)
+        if config.histories_routed and report.histories:
+            # The caller's inputs written with a gradient-carrying value take its history after
+            # the call, in Thunder's epilogue (thunder_ext.input_histories).
+            values = written_values(new, report.histories, report.epilogue_writes, graph_module=config.graph_module)
+            n_out = len(new.bound_symbols[-1].args[0]["output"])
+            prologue_trace, new, epilogue_trace, histories = route_histories(
+                prologue_trace, new, epilogue_trace, values, report.returned_inputs
+            )
+            flags = cd.compile_options.get("is_differentiable_outputs") if cd is not None else None
+            if flags is not None and histories.extra_outputs:
+                # ThunderFX flags each FX output; the values handed out carry gradients.
+                cd.compile_options["is_differentiable_outputs"] = [*list(flags)[:n_out], *[True] * histories.extra_outputs]
+            if cd is not None:
+                reports.input_histories = histories
+        return prologue_trace, new, epilogue_trace
 
     def transform_trace_post_optimization(self, computation_trace: TraceCtx, **kwargs) -> TraceCtx:
         start = time.perf_counter()
@@ -232,6 +249,7 @@ def _place_and_refuse_once(computation_trace: TraceCtx, config: stage_config.Sta
             computation_trace, new, report, set(config.differentiable),
             nvfuser_may_run=config.nvfuser, inductor=config.inductor,
             stripped=stripped, graph_module=config.graph_module, assumed_views=config.assumed_views,
+            histories_routed=config.histories_routed,
         )  # fmt: skip
     return computation_trace, config, new, report, stripped, overlaps
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from thunder_ext.errors import InputAliasError, ViewGradientError
+from thunder_ext.errors import InputAliasError
 
 
 @dataclass(frozen=True)
@@ -34,10 +34,9 @@ class Program:
     plain_fails: bool = False
     refused: bool = False
     reference: Callable | None = None
-    # Refused under ThunderFX only, with this error: a value that carries a gradient written into
-    # an input that does not, which Dynamo may hand back itself from outside the graph
-    # (ViewGradientError, refusals.py); a detached tensor Dynamo hands to a subgraph as an input,
-    # which Thunder merges into the tensor it came from (InputAliasError, input_aliases.py).
+    # Refused under ThunderFX only, with this error: a detached tensor Dynamo hands to a subgraph
+    # as an input, which Thunder merges into the tensor it came from (InputAliasError,
+    # input_aliases.py).
     thunderfx_refused: type[Exception] | None = None
 
     def refused_in(self, entry: str) -> bool:
@@ -438,10 +437,10 @@ PROGRAMS: tuple[Program, ...] = (
     Program("war_long_chain_grad", _grad_inputs(war_long_chain, [((4, 3), False), ((4, 3), True)]), "6 refused", grad=True,
             refused=True),
     Program("grad_through_view_of_input", _grad_inputs(grad_through_view_of_input, [((4, 3), False), ((3,), True)]),
-            "5 input, values", grad=True, plain_fails=True, thunderfx_refused=ViewGradientError),
+            "5 input, values", grad=True, plain_fails=True),
     Program("returned_input_written_with_grad",
             _grad_inputs(returned_input_written_with_grad, [((4, 3), False), ((3,), True)]), "5 input, returned value",
-            grad=True, plain_fails=True, thunderfx_refused=ViewGradientError),
+            grad=True, plain_fails=True),
     Program("rotary_cache_refresh", _rotary_build, "buffer slice write", grad=True),
     Program(
         "strided_input_scale", _grad_inputs(strided_input_scale, [((4, 4), False), ((4, 3), True)]),

@@ -1,0 +1,244 @@
+"""The caller's input gets the autograd history of a value written into it, as in eager.
+
+A write into an input that does not require grad, of a value that does (``x.mul_(w)``, only
+``w`` requiring grad), becomes a value before autodiff, and the caller's tensor receives it in
+one epilogue ``copy_`` (:mod:`thunder_ext.functionalize`).  That copy runs inside Thunder's
+``autograd.Function``, under ``no_grad``: the caller's ``x`` gets the data, not eager's
+history (eager's ``x`` requires grad afterwards, and a loss computed from it later reaches
+``w``).  Under ThunderFX that was refused, since code after the graph reads ``x``.
+
+Thunder's own epilogue trace runs after the computation's outputs are connected to autograd.
+:func:`route_histories` hands each such value out of the computation as one more output (one
+the return already hands back, where the function returns ``x`` itself), and the caller's
+tensor to the epilogue from the prologue.  There :data:`adopt_history` gives the tensor the
+value's history without a copy: an ``autograd.Function`` that marks it dirty (its data is the
+value's already) and passes the gradient to the value, as ``copy_``'s backward does.  The
+output that was ``x`` in eager is ``x`` again.  AOT autograd treats a mutated input the same
+way: the data inside the graph, the history outside it.
+
+Before (``y = x * 2; x.mul_(w); return {"a": (x, 1), "b": [y]}``)::
+
+    prologue:     return ((x, w), ())
+    computation:  t5 = ltorch.mul(x, w)
+                  (t9, t10) = prims.update_aliases((x, y))
+                  t6 = prims.copy_(t5, t9, grad_enabled=False)
+                  return {'output': (t5, y), 'flat_args': [t6, w]}
+    epilogue(x, y):
+                  return {'a': (x, 1), 'b': [y]}
+
+After::
+
+    prologue:     return ((x, w), (x,))
+    computation:  (unchanged)
+    epilogue(x_1, x, y):
+                  t0 = adopt_history(x_1, x)
+                  return {'a': (t0, 1), 'b': [y]}
+
+Invariants:
+
+* Only inputs the functionalizer wrote back with history move (``report.histories``); their
+  epilogue ``copy_`` stays in the computation, so the data, the barriers and the old values
+  the backward reads are as before.
+* Nothing moves unless the three traces have the shapes this pass rewrites (a flat ``output``
+  tuple that the epilogue takes one argument per slot of, after the prologue's hand-over);
+  :func:`can_route` says so before the refusals run, which then keep their ThunderFX refusal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from thunder.core import prims
+from thunder.core.codeutils import SigInfo
+from thunder.core.pytree import tree_flatten
+from thunder.core.proxies import TensorProxy, variableify
+from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
+from thunder.core.utils import producers
+from thunder.extend import OperatorExecutor
+
+from thunder_ext.alias_analysis import input_names, storage_groups
+from thunder_ext.op_kinds import is_return
+
+
+class _Adopt(torch.autograd.Function):
+    """``x`` (holding ``value``'s data already) takes ``value``'s history: ``copy_``'s backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return None, grad
+
+
+def _adopt_history(x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    if not value.requires_grad or x.requires_grad or x.is_inference():
+        return x  # nothing to adopt (a value computed without grad), or eager's history already
+    with torch.enable_grad():  # Thunder's epilogue runs under no_grad
+        return _Adopt.apply(x, value)
+
+
+_HISTORIES = OperatorExecutor("thunder_ext_input_histories")
+adopt_history = _HISTORIES.register_operator(
+    "adopt_history", meta=lambda x, value: TensorProxy(like=x), fn=_adopt_history, tags=[prims.OpTags.DONT_DCE]
+)
+
+
+@dataclass
+class HistoryReport:
+    adopted: list[str] = field(default_factory=list)  # inputs that take their write's history
+    extra_outputs: int = 0  # values handed out of the computation for it
+
+
+def can_route(prologue: TraceCtx | None, computation: TraceCtx, epilogue: TraceCtx | None) -> bool:
+    """The traces have the shapes :func:`route_histories` rewrites."""
+    if prologue is None or epilogue is None or not prologue.bound_symbols or not computation.bound_symbols:
+        return False
+    pret, ret = prologue.bound_symbols[-1], computation.bound_symbols[-1]
+    if not (is_return(pret) and is_return(ret)) or not ret.args or not isinstance(ret.args[0], dict):
+        return False
+    out = ret.args[0].get("output")
+    handed = pret.args[0] if pret.args else None
+    if not isinstance(out, tuple) or any(isinstance(o, (tuple, list, dict)) for o in out):
+        return False
+    if not (isinstance(handed, tuple) and len(handed) == 2 and isinstance(handed[1], tuple)):
+        return False
+    return len(epilogue.args) == len(handed[1]) + len(out)
+
+
+def written_values(
+    computation: TraceCtx, histories: dict, epilogue_writes: dict, *, graph_module: bool = False
+) -> dict[str, TensorProxy]:
+    """Input name -> the value its epilogue ``copy_`` writes, in ``computation`` (names may have
+    changed since the functionalizer recorded them: the barrier pass renames what it orders).
+
+    Two kinds of value keep the path before this pass (the caller's tensor gets the value without
+    its history; under ThunderFX, the refusal), where adopting the history would differ from eager:
+
+    * a value computed from storage that a write kept in place changes: its history's backward
+      may read what that write replaced, which eager raises for only if that backward runs
+      (``b.addcmul_(a, a)``, then a no-grad ``a.mul_(1.5)`` into ``a`` requiring grad: soak seeds
+      86000/86001);
+    * a value computed from an input that requires grad which no returned output is computed
+      from: handed out, it makes Thunder's one backward node give that input a zero gradient
+      where eager leaves it ``None`` (``b[1:] = a.sum(0); return (b.cos(),)``, soak seed 15000),
+      which an optimizer tells apart.  Not under ThunderFX (``graph_module``): Dynamo hands a
+      written input back, or on to the code after the graph, outside the graph's outputs, so
+      they cannot tell; there the choice is the history or a refusal, and a zero gradient
+      arises only where nothing reads the caller's tensor afterwards (docs/limits.md).
+    """
+    copies = {b.flat_proxy_outs[0].name: b for b in computation.bound_symbols if b.sym.id == prims.PrimIDs.COPY_ and b.flat_proxy_outs}
+    found = {}
+    for name in histories:
+        copy = epilogue_writes.get(name)
+        mine = copies.get(copy.flat_proxy_outs[0].name) if copy is not None and copy.flat_proxy_outs else None
+        if mine is not None and isinstance(mine.args[0], TensorProxy):
+            found[name] = mine.args[0]
+    if not found:
+        return found
+    bsyms = computation.bound_symbols
+    made_by = producers(bsyms)
+    grad_inputs = {a.name for a in computation.args if isinstance(a, TensorProxy) and a.requires_grad}
+    ret = bsyms[-1]
+    returned = tree_flatten(ret.args[0].get("output"))[0] if is_return(ret) and ret.args and isinstance(ret.args[0], dict) else []
+    reached_by_outputs = _computed_from(made_by, [p for p in returned if isinstance(p, TensorProxy)]) & grad_inputs
+    info = storage_groups(bsyms, input_names(computation))
+    named = (c.flat_proxy_outs[0].name for c in epilogue_writes.values() if c.flat_proxy_outs)
+    epilogue = {id(copies[n]) for n in named if n in copies}
+    kept = {info.group_of(w) for b, e in zip(bsyms, info.effects) if id(b) not in epilogue for w in e.writes}
+    adoptable = {}
+    for name, value in found.items():
+        sources = _computed_from(made_by, [value])
+        reached = graph_module or sources & grad_inputs <= reached_by_outputs
+        if reached and not any(info.group_of(n) in kept for n in sources):
+            adoptable[name] = value
+    return adoptable
+
+
+def _computed_from(made_by, roots: list[TensorProxy]) -> set[str]:
+    """The names of ``roots`` and of every tensor they are computed from."""
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        p = todo.pop()
+        if p.name in seen:
+            continue
+        seen.add(p.name)
+        b = made_by.get(p, None)
+        if b is not None:
+            todo.extend(a for a in b.flat_proxy_args if isinstance(a, TensorProxy))
+    return seen
+
+
+def route_histories(
+    prologue: TraceCtx, computation: TraceCtx, epilogue: TraceCtx, values: dict[str, TensorProxy], returned_inputs: dict[int, str]
+) -> tuple[TraceCtx, TraceCtx, TraceCtx, HistoryReport]:
+    """The three traces with each input of ``values`` adopting its value's history in the epilogue.
+
+    ``values``: :func:`written_values`; ``returned_inputs``: the flat output positions that are
+    the input itself in eager (``FunctionalizeReport.returned_inputs``).
+    """
+    report = HistoryReport()
+    if not values:
+        return prologue, computation, epilogue, report
+    ret = computation.bound_symbols[-1]
+    out = list(ret.args[0]["output"])
+    pret = prologue.bound_symbols[-1]
+    handed_in, handed_epi = pret.args[0]
+    by_name = {p.name: p for p in handed_in if isinstance(p, TensorProxy)}
+    names = [n for n in sorted(values) if n in by_name]
+    if not names:
+        return prologue, computation, epilogue, report
+
+    # The computation: each value not returned already becomes one more output.
+    slot: dict[str, int] = {}
+    for k, n in returned_inputs.items():
+        if n in names and k < len(out) and isinstance(out[k], TensorProxy) and out[k].name == values[n].name:
+            slot.setdefault(n, k)
+    extras: list[TensorProxy] = []
+    for n in names:
+        if n not in slot:
+            slot[n] = len(out) + len(extras)
+            extras.append(values[n])
+    new_computation = computation
+    if extras:
+        new_computation = from_trace(computation)
+        new_ret = ret.from_bsym(args=({**ret.args[0], "output": (*out, *extras)}, *ret.args[1:]))
+        new_computation.bound_symbols = [*computation.bound_symbols[:-1], new_ret]
+        new_computation.set_provenance(TraceProvenance(f"thunder_ext input histories ({len(extras)} values handed to the epilogue)"))
+
+    # The prologue hands the caller's tensors to the epilogue.
+    new_prologue = from_trace(prologue)
+    new_prologue.bound_symbols = [
+        *prologue.bound_symbols[:-1],
+        pret.from_bsym(args=((handed_in, (*handed_epi, *(by_name[n] for n in names))), *pret.args[1:])),
+    ]
+    new_prologue.set_provenance(TraceProvenance("thunder_ext input histories (inputs handed to the epilogue)"))
+
+    # The epilogue: each tensor adopts its value's history, and stands for itself where returned.
+    n_handed = len(handed_epi)
+    new_epilogue = from_trace(epilogue)
+    with tracectx(new_epilogue):
+        tensors = [TensorProxy(like=by_name[n]) for n in names]
+        extra_args = [TensorProxy(like=v) for v in extras]
+        args = [*epilogue.args[:n_handed], *tensors, *epilogue.args[n_handed:], *extra_args]
+        outputs = list(epilogue.args[n_handed:]) + extra_args
+        adopts, swap = [], {}
+        for n, t in zip(names, tensors):
+            adopted = TensorProxy(like=t)
+            adopts.append(adopt_history.bind(t, outputs[slot[n]], output=adopted))
+            for k, m in returned_inputs.items():
+                if m == n and k < len(out):
+                    swap[variableify(outputs[k])] = adopted
+    eret = epilogue.bound_symbols[-1]
+    new_epilogue.args = args
+    new_epilogue.bound_symbols = [*epilogue.bound_symbols[:-1], *adopts, eret.from_bsym_swap_proxies(swap) if swap else eret]
+    sig = SigInfo("epilogue")
+    sig.args = [(a.name, None) for a in args]
+    new_epilogue._siginfo = sig
+    new_epilogue.set_provenance(TraceProvenance(f"thunder_ext input histories ({len(names)} inputs adopt their write's history)"))
+    report.adopted, report.extra_outputs = names, len(extras)
+    return new_prologue, new_computation, new_epilogue, report
