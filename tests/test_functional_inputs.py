@@ -174,16 +174,9 @@ PROGRAMS = {
 @pytest.mark.parametrize("config", MATRIX, ids=config_id)
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_functional_inputs_match_eager(name, config: Config):
+    # Under ThunderFX too where a value that carries a gradient is written into a plain input:
+    # Dynamo hands the input back itself, which adopts the write's history (input_histories.py).
     verdict = differential(_build(name), config)
-    if name in _GRADIENT_VALUES and config.entry == "thunderfx":
-        # Dynamo returns a written graph input itself, from outside the graph: a value that carries
-        # a gradient written into one that does not is refused there (refusals.py).
-        from thunder_ext import ViewGradientError
-        from thunder_ext.testing.compare import error_in_chain
-
-        assert verdict.status == "refused", f"{verdict.status}: {verdict.detail}"
-        assert error_in_chain(verdict.outcome.error, ViewGradientError), verdict.detail
-        return
     assert verdict.status == "correct", f"{verdict.status}: {verdict.detail}"
 
 
@@ -484,8 +477,8 @@ def test_a_cast_to_another_dtype_is_a_copy_and_the_input_stays_functional():
 def test_a_cast_of_an_old_view_after_its_base_is_written_is_answered():
     """Was class 5 (``ViewGradientError``) with grad, plain Thunder wrong or crashing: the cast was
     taken for a possible alias of ``b``, so ``b`` stayed in place and the read of ``v`` after the
-    write was refused.  Under ``thunder.jit`` every cell is eager's now; under ThunderFX the
-    documented refusal of a gradient value written into a plain input stands."""
+    write was refused.  Every cell is eager's now, under ThunderFX too (``b`` adopts the
+    write's history after the call)."""
     from dataclasses import replace
 
     from thunder_ext.testing.fuzzing import judge_function
@@ -495,4 +488,4 @@ def test_a_cast_of_an_old_view_after_its_base_is_written_is_answered():
     cells = judge_function(old_view_cast_after_its_base_is_written, make, configs=configs).cells
     assert cells and all(c.status == "correct" for c in cells), "\n".join(map(str, cells))
     fx = judge_function(old_view_cast_after_its_base_is_written, make, configs=[replace(c, entry="thunderfx") for c in configs]).cells
-    assert all(c.status == ("refused" if c.grad else "correct") and c.verdict == "ok" for c in fx), "\n".join(map(str, fx))
+    assert fx and all(c.status == "correct" for c in fx), "\n".join(map(str, fx))

@@ -228,11 +228,9 @@ GRAD_INPUTS = {
     write_through_positive_of_private: ("x", "w"),
     auto_registered_identities_of_input_read_after_writes: (),
 }
-# Written with a value that carries a gradient: ThunderFX refuses these (docs/limits.md)
+# Refused under ThunderFX with grad (a value that carries a gradient written into a plain input
+# is answered there too: the input adopts the write's history, thunder_ext/input_histories.py)
 GRADIENT_INTO_INPUT = {
-    return_identity_of_written_buffer: "ViewGradientError",
-    view_and_identity_of_input_written_with_grad: "ViewGradientError",
-    identity_of_written_input_returned_beside_it: "ViewGradientError",
     # ThunderFX leaves the op Thunder has no symbol of to Inductor: `h` and `h2` reach the next
     # Thunder region as two inputs, one tensor that requires grad, written with grad (class 9)
     write_through_positive_of_private: "GradInputWriteError",

@@ -42,6 +42,9 @@ Invariants:
 * Nothing moves unless the three traces have the shapes this pass rewrites (a flat ``output``
   tuple that the epilogue takes one argument per slot of, after the prologue's hand-over);
   :func:`can_route` says so before the refusals run, which then keep their ThunderFX refusal.
+* Nor where adopting would differ from eager in another way: :func:`written_values` leaves out
+  a value read from storage that a write kept in place changes, and (under ``thunder.jit``) one
+  whose inputs requiring grad no returned output reaches.
 """
 
 from __future__ import annotations
