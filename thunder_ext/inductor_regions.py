@@ -1225,16 +1225,17 @@ def _steps(bsym: BoundSymbol) -> bool:
     return _decomposes_into(bsym, _is_stepped_slice)
 
 
-def _added_from_a_stepped_input(scatter: BoundSymbol, forward: list[BoundSymbol], inputs: set[str]) -> bool:
+def _added_from_a_stepped_input(
+    scatter: BoundSymbol, made: dict[str, BoundSymbol], viewed: dict[str, BoundSymbol], inputs: set[str]
+) -> bool:
     """An ``index_add`` whose source is computed (through any ops) from a stepped slice of a
     trace input (or of a view of one): Inductor adds wrong values when that input is laid out
     as a transpose (``a.index_add_(0, idx, b[::2])``, also ``b[::2] * 1``; ``b[:2]``, a
     contiguous ``b`` and ``index_copy`` come out right; soak seed 104000).  Strides are not in
-    the trace, so every layout counts."""
+    the trace, so every layout counts.  ``made``: output name -> its forward bsym; ``viewed``:
+    :func:`_through_views` of the forward."""
     if "index_add" not in str(scatter.sym.name) or not inputs:
         return False
-    made = {o.name: b for b in forward for o in tensor_outs(b)}
-    viewed = _through_views(forward)
 
     def of_an_input(name: str) -> bool:
         seen: set[str] = set()
@@ -1297,6 +1298,11 @@ def unfuse_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tu
     # Once per trace; each scatter then walks it once.
     reduced = _read_by_reductions(forward) | _computed_from_reductions(forward)
     inputs = set(input_names(trace)) if trace is not None else set()
+    made: dict[str, BoundSymbol] = {}
+    viewed: dict[str, BoundSymbol] = {}
+    if inputs and any("index_add" in str(out[k].sym.name) for k in scatters):
+        made = {o.name: b for b in forward for o in tensor_outs(b)}
+        viewed = _through_views(forward)
     moved = 0
     for k in scatters:
         b = out[k]
@@ -1304,7 +1310,7 @@ def unfuse_scatters(out: list[BoundSymbol], trace: TraceCtx | None = None) -> tu
         if not (
             any(a.name == args[0].name for a in args[1:])
             or _read_beside(b, forward, reduced)
-            or _added_from_a_stepped_input(b, forward, inputs)
+            or _added_from_a_stepped_input(b, made, viewed, inputs)
         ):
             continue
         eager = eager_scatter(b, prim=True)
