@@ -101,3 +101,100 @@ def test_a_call_without_grad_adopts_nothing(config: Config):
         out, y = compiled(x, w)
     assert out is x and not x.requires_grad and not y.requires_grad
     torch.testing.assert_close(x, want_x, rtol=0, atol=0)
+
+
+# -- inputs that require grad, not leaves: what a model hands a submodule, or a ThunderFX piece
+# after a graph break hands the next.  Eager records the write in the tensor's history (on a leaf
+# it refuses the write); class 9 refused them all before.
+
+
+def add_then_mul_then_read(x, w):
+    x.add_(1)
+    x.mul_(2)
+    return (x.cos(),)
+
+
+def grad_read_mul_then_returned(x, w):
+    y = x * 2
+    x.mul_(w)
+    return x, y
+
+
+def grad_slice_write_then_returned(x, w):
+    x[1:].mul_(w[1:])
+    return (x,)
+
+
+def relu_then_mul(x, w):
+    x.relu_()
+    return (x * w,)
+
+
+def whole_overwrite(x, w):
+    x.copy_(w * 2)
+    return (x.cos(),)
+
+
+def grad_and_plain_inputs(z, x, w):
+    z.add_(w)
+    x.mul_(z)
+    return (x + z,)
+
+
+GRAD_CASES = {
+    add_then_mul_then_read: (True,),
+    grad_read_mul_then_returned: (True,),
+    grad_slice_write_then_returned: (True,),
+    relu_then_mul: (True,),
+    whole_overwrite: (True,),
+    grad_and_plain_inputs: (True, False),
+}
+
+
+def _run_grad(fn, bases, grads):
+    """Each input that requires grad is a non-leaf ``a * 1.5`` of a leaf ``a``; the loss reads
+    the outputs and every input after the call.  Returns what :func:`_run` does, with the
+    leaves' gradients."""
+    leaves = [b.clone().requires_grad_(g) for b, g in zip(bases[:-1], grads)]
+    inputs = [a * 1.5 if g else a for a, g in zip(leaves, grads)]
+    w = bases[-1].clone().requires_grad_()
+    out = fn(*inputs, w)
+    loss = sum((o.float() * 3).sum() for o in out) + sum((x * x).sum() for x in inputs)
+    loss.backward()
+    return {
+        "outputs": [o.detach() for o in out],
+        "is_input": [[o is x for x in inputs] for o in out],
+        "inputs": [x.detach() for x in inputs],
+        "requires_grad": [x.requires_grad for x in inputs],
+        "is_leaf": [x.is_leaf for x in inputs],
+        "grads": [w.grad, *(a.grad for a, g in zip(leaves, grads) if g)],
+    }
+
+
+@pytest.mark.parametrize("config", CELLS, ids=lambda c: f"{c.entry}-{c.executors}-{c.fusion_type}")
+@pytest.mark.parametrize("fn", list(GRAD_CASES), ids=lambda f: f.__name__)
+def test_a_written_non_leaf_grad_input_gets_eagers_history(fn, config: Config):
+    torch.manual_seed(0)
+    grads = GRAD_CASES[fn]
+    compiled = compile_fn(fn, config)
+    for call in range(2):  # the second call runs the cached traces
+        bases = [torch.randn(3) for _ in range(len(grads) + 1)]
+        want = _run_grad(fn, bases, grads)
+        got = _run_grad(compiled, bases, grads)
+        assert want["requires_grad"][0] and not want["is_leaf"][0]  # the test's premise
+        for key in ("is_input", "requires_grad", "is_leaf"):
+            assert got[key] == want[key], (key, call)
+        torch.testing.assert_close(got["outputs"], want["outputs"])
+        torch.testing.assert_close(got["inputs"], want["inputs"])
+        torch.testing.assert_close(got["grads"], want["grads"])
+
+
+@pytest.mark.parametrize("config", CELLS, ids=lambda c: f"{c.entry}-{c.executors}-{c.fusion_type}")
+def test_a_write_with_grad_to_a_leaf_that_requires_grad_raises_eagers_error(config: Config):
+    compiled = compile_fn(add_then_mul_then_read, config)
+    x, w = torch.randn(3, requires_grad=True), torch.randn(3)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+        add_then_mul_then_read(x.detach().requires_grad_(), w)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+        compiled(x, w)
+    assert x.grad_fn is None

@@ -165,6 +165,9 @@ class InputPolicy:
     """Which written inputs become values, chosen once per compilation (before autodiff)."""
 
     enabled: bool = False
+    # Inputs that require grad too, where every write is made with grad: the caller's tensor then
+    # adopts the written value's history after the call (thunder_ext.input_histories).
+    grad_inputs: bool = False
 
 
 @dataclass(frozen=True)
@@ -248,6 +251,7 @@ class _Functionalizer:
         self.assumed_views = assumed_views
         self.last_strict_view: dict[str, int] | None = None  # storage group -> its last ``view``
         self.differentiable = differentiable
+        self.grad_input_names = frozenset(a.name for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad)
         self.executors = executors
         self.functional_inputs = functional_inputs
         self.aliased_inputs = frozenset(n for names in aliased_inputs for n in names)
@@ -446,8 +450,13 @@ class _Functionalizer:
             why = None
             if len(ins) != 1 or ins[0] in self.aliased_inputs:
                 why = "inputs that share storage (class 7)"
-            elif ins[0] in self.differentiable:
-                why = "gradients flow through it"
+            elif ins[0] in self.differentiable and not (
+                self.functional_inputs.grad_inputs and ins[0] in self.grad_input_names and all(writes_with_grad(self.bsyms[i]) for i in writers[g])
+            ):
+                # Written under no-grad too: eager keeps its history across those writes, which the
+                # straight-through barrier reproduces in place; a value cannot.
+                mixed = self.functional_inputs.grad_inputs and ins[0] in self.grad_input_names
+                why = "written both with grad and under no-grad" if mixed else "gradients flow through it"
             elif g in first_grad_read and writers[g][-1] > first_grad_read[g]:
                 # ``y = x * w; x.add_(1)``: eager saves ``x`` for ``w``'s gradient and refuses the
                 # backward after the write; in place, the transform refuses it the same way (class 6).

@@ -78,8 +78,10 @@ class _Adopt(torch.autograd.Function):
 
 
 def _adopt_history(x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    if not value.requires_grad or x.requires_grad or x.is_inference():
-        return x  # nothing to adopt (a value computed without grad), or eager's history already
+    if not value.requires_grad or x.is_inference():
+        return x  # nothing to adopt (a value computed without grad)
+    if x.requires_grad and x.is_leaf:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
     with torch.enable_grad():  # Thunder's epilogue runs under no_grad
         return _Adopt.apply(x, value)
 
@@ -224,6 +226,11 @@ def route_histories(
     # The epilogue: each tensor adopts its value's history, and stands for itself where returned.
     n_handed = len(handed_epi)
     new_epilogue = from_trace(epilogue)
+    # The epilogue's arguments are named by the computation, not by this trace: the new proxies
+    # must not take those names (``def epilogue(t1, t2, t1, ...)``).
+    new_epilogue.names.update(p.name for p in epilogue.args if isinstance(p, TensorProxy))
+    new_epilogue.names.update(p.name for b in epilogue.bound_symbols for p in (*b.flat_proxy_args, *b.flat_proxy_outs))
+    new_epilogue.names.update(v.name for v in extras)
     with tracectx(new_epilogue):
         tensors = [TensorProxy(like=by_name[n]) for n in names]
         extra_args = [TensorProxy(like=v) for v in extras]

@@ -105,8 +105,15 @@ def refuse_unsupported_gradients(
     group_of = stripped[1].group_of
     whole_inputs = frozenset(n for n in names if not (writes.get(group_of(n), 0) > 1 and group_of(n) in opaque))
     returned_whole = _inputs_themselves(stripped, whole_inputs)
-    # The storage refuse_written_grad_inputs refuses below, whatever else holds.
-    first_grad_writes = grad_writes_into_grad_inputs(before, stripped)
+    adopted = frozenset()
+    if histories_routed:
+        from thunder_ext.input_histories import written_values
+
+        adopted = frozenset(written_values(after, report.histories, report.epilogue_writes, graph_module=graph_module))
+    # The storage refuse_written_grad_inputs refuses below, whatever else holds; not an input
+    # whose caller's tensor adopts its written value's history (thunder_ext.input_histories).
+    adopted_groups = {group_of(n) for n in adopted}
+    first_grad_writes = {g: b for g, b in grad_writes_into_grad_inputs(before, stripped).items() if g not in adopted_groups}
     class_9 = frozenset(first_grad_writes)
     refuse_view_gradients(
         report, diff, returned_whole, trace_inputs=names, opaque=lambda p: group_of(p) in opaque,
@@ -126,19 +133,15 @@ def refuse_unsupported_gradients(
     refuse_views_autodiff_copies(after, placed)
     refuse_returned_input_with_new_history(after, diff, placed)
     if graph_module:
-        adopted = frozenset()
-        if histories_routed:
-            from thunder_ext.input_histories import written_values
-
-            adopted = frozenset(written_values(after, report.histories, report.epilogue_writes, graph_module=True))
         refuse_plain_input_history_under_thunderfx(before, diff, stripped, adopted)
     made_values = frozenset(o.name for b in report.functionalized for o in tensor_outs(b))
     refuse_gradless_overwrite(before, diff, stripped, made_values=made_values)
     report.eager_raises_if_view = refuse_writes_through_views_older_than_their_gradient(diff, stripped, assumed_views)
     refuse_kept_writes_whose_backward_reads_the_old_value(after, diff, placed)
-    independent = refuse_written_grad_inputs(before, stripped, first_grad_writes)
+    not_answered = _why_not_adopted(report, adopted) if histories_routed else {}
+    independent = refuse_written_grad_inputs(before, stripped, first_grad_writes, not_answered)
     refuse_running_stats_with_grad(before, diff)
-    refuse_writes_through_grad_input_views(before, stripped, nvfuser_may_run=nvfuser_may_run)
+    refuse_writes_through_grad_input_views(before, stripped, nvfuser_may_run=nvfuser_may_run, adopted=adopted)
     refuse_multi_output_views_across_writes(before, stripped, diff)
     if independent is not None:  # after the more specific refusal of writes through views
         raise independent
@@ -961,10 +964,25 @@ def grad_writes_into_grad_inputs(trace: TraceCtx, stripped: tuple[list[BoundSymb
     return first
 
 
+def _why_not_adopted(report: BarrierReport, adopted: frozenset[str]) -> dict[str, str]:
+    """Input name -> why its writes did not become a value whose history the caller's tensor
+    adopts (:mod:`thunder_ext.input_histories`), for the inputs that require grad it left out."""
+    why = {n: f"its writes stay in place: {reason}" for n, reason in report.kept_inputs.items()}
+    for n in report.histories:
+        if n not in adopted:
+            why[n] = (
+                "no returned output is computed from its written value, whose history would give what that "
+                "value is computed from a zero gradient where eager gives none (under `thunder.jit`; return "
+                "something computed from it), or that value reads storage a write kept in place changes"
+            )
+    return why
+
+
 def refuse_written_grad_inputs(
     trace: TraceCtx,
     stripped: tuple[list[BoundSymbol], AliasInfo] | None = None,
     first_writes: dict[str, BoundSymbol] | None = None,
+    not_answered: dict[str, str] | None = None,
 ) -> GradInputWriteError | None:
     """Class 9: refuse a write with grad enabled to an input that requires grad.
 
@@ -979,7 +997,9 @@ def refuse_written_grad_inputs(
     Raises where an output depends on the written input; the refusal of a write no output
     depends on is returned instead, for the caller to raise after the more specific refusals
     (:func:`refuse_writes_through_grad_input_views`).  ``first_writes``:
-    :func:`grad_writes_into_grad_inputs`, where the caller has it already.
+    :func:`grad_writes_into_grad_inputs`, where the caller has it already.  ``not_answered``:
+    input name -> why the caller's tensor could not adopt the write's history, where the
+    compilation could hand histories over (:func:`_why_not_adopted`); the words then say so.
     """
     stripped = stripped or stripped_storage(trace)
     if first_writes is None:
@@ -1000,6 +1020,7 @@ def refuse_written_grad_inputs(
             if not is_return(b) and any(p.name in reach for p in b.flat_proxy_args):
                 reach.update(p.name for p in b.flat_proxy_outs)
         hit = next((o for o in outputs if o.name in reach), None)
+        because = f" Not answered here: {not_answered[x.name]}." if not_answered and x.name in not_answered else ""
         if all(w.name in detached for w in effect_of(write).writes):
             through_detach = GradInputWriteError(
                 f"{describe(write)} writes, through `detach()` of the input `{x.name}` (which requires grad), "
@@ -1017,9 +1038,9 @@ def refuse_written_grad_inputs(
             # leaf, and records it on any other tensor).
             independent = GradInputWriteError(
                 f"the function writes in place to the input `{x.name}`, which requires grad, with grad "
-                "enabled. Thunder cannot give the caller's tensor the autograd history of the write: a gradient "
-                "taken through it after the call would silently miss the write's (eager records it, and refuses "
-                f"the write outright on a leaf). Clone the input before writing to it (`{x.name} = "
+                "enabled. Thunder cannot give the caller's tensor the autograd history of the write: a "
+                "gradient taken through it after the call would silently miss the write's (eager records it, and refuses "
+                f"the write outright on a leaf).{because} Clone the input before writing to it (`{x.name} = "
                 f"{x.name}.clone()`), write under `torch.no_grad()`, or write outside the compiled function",
                 write,
             )
@@ -1027,7 +1048,7 @@ def refuse_written_grad_inputs(
             raise GradInputWriteError(
                 f"the function writes in place to the input `{x.name}`, which requires grad, and the output "
                 f"`{hit.name}` depends on it. Thunder cannot give the caller's tensor the autograd history of the "
-                "write, and would silently drop every gradient through it (eager propagates them). Clone the "
+                f"write, and would silently drop every gradient through it (eager propagates them).{because} Clone the "
                 f"input before writing to it (`{x.name} = {x.name}.clone()`), or write outside the compiled function",
                 write,
                 trace.bound_symbols[-1],
@@ -1036,7 +1057,11 @@ def refuse_written_grad_inputs(
 
 
 def refuse_writes_through_grad_input_views(
-    trace: TraceCtx, stripped: tuple[list[BoundSymbol], AliasInfo] | None = None, *, nvfuser_may_run: bool = False
+    trace: TraceCtx,
+    stripped: tuple[list[BoundSymbol], AliasInfo] | None = None,
+    *,
+    nvfuser_may_run: bool = False,
+    adopted: frozenset[str] = frozenset(),
 ) -> None:
     """Refuse a write, with grad enabled, through a view of an input that requires grad.
 
@@ -1051,7 +1076,7 @@ def refuse_writes_through_grad_input_views(
     run the write on a CUDA input, the torch executor's check may never run: let it through.
     """
     grad_inputs = [a for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad]
-    grad_inputs = [a for a in grad_inputs if not (nvfuser_may_run and a.device.type == "cuda")]
+    grad_inputs = [a for a in grad_inputs if not (nvfuser_may_run and a.device.type == "cuda") and a.name not in adopted]
     if not grad_inputs:
         return
     bsyms, info = stripped or stripped_storage(trace)

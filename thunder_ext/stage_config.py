@@ -104,7 +104,7 @@ def before_autodiff(
         compilation_executors=_executors(cd),
         differentiable=differentiable,
         aliased_inputs=aliased_inputs,
-        functional_inputs=InputPolicy(enabled=True),
+        functional_inputs=InputPolicy(enabled=True, grad_inputs=histories_routed),
         comment=comment,
         graph_module=is_graph_module(cd),
         histories_routed=histories_routed,

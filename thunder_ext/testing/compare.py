@@ -62,6 +62,9 @@ class Outcome:
     requires_grad: list = field(default_factory=list)
     error: BaseException | None = None
     compiled: Any = None
+    # Positions in ``grads`` of the ``retain_grad`` of non-leaf inputs the call wrote in place
+    # (see fuzzing's documented exception for them).
+    written_non_leaves: list = field(default_factory=list)
 
 
 @dataclass
@@ -172,6 +175,7 @@ def execute(fn: Callable, args: Sequence, state: dict) -> Outcome:
         # the outputs (whose cotangents stay the same).  Not the others: their term would hide
         # the difference between a None and a zero gradient that the outputs give them.
         written = [a for a, v in zip(non_leaves, versions) if a._version != v]
+        out.written_non_leaves = [k for k, a in enumerate(leaves) if any(a is w for w in written)]
         loss = _cotangent_loss((outputs, written))
         if loss is not None and leaves:
             loss.backward()
