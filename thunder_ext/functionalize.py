@@ -16,8 +16,9 @@ effect a caller can see, except through later reads inside the trace, so
   view op is called again on the current value.
 
 With :class:`InputPolicy` ``enabled`` (before autodiff), an input that does not require grad
-(a buffer, a cache, a metric's state, or a tensor written with a value that carries a gradient)
-is treated the same way, its base being the input itself, and gets its final value back from
+(a buffer, a cache, a metric's state, or a tensor written with a value that carries a gradient),
+and with ``grad_inputs`` one that does but is written with grad only (class 9), is treated the
+same way, its base being the input itself, and gets its final value back from
 one *epilogue* ``copy_`` just before the return, under the source line of its last write; the
 return reads the copy's output (but an output that is the input itself after a write carrying
 a gradient reads the value, which has the history: :meth:`_Functionalizer.return_values`).  Before
@@ -408,7 +409,9 @@ class _Functionalizer:
         """Written input groups whose writes can become values (group -> its input); the others
         are noted in ``report.kept_inputs`` with the reason, and keep their writes and barriers.
 
-        Not an input that requires grad: its writes stay (class 9, the straight-through barrier).
+        Not an input that requires grad, unless ``InputPolicy.grad_inputs`` and every write into
+        it is made with grad (the caller's tensor then adopts the value's history, class 9:
+        :mod:`thunder_ext.input_histories`); a no-grad write keeps the straight-through barrier.
         A value written that carries a gradient is fine: autodiff then sees values only, and an
         old value the backward reads is cloned at the fusion stage (:mod:`thunder_ext.saved_values`).
         When the return hands back the input itself after such a write, it returns the value

@@ -1,5 +1,10 @@
 """The caller's input gets the autograd history of a value written into it, as in eager.
 
+Also for an input that requires grad and is no leaf (class 9: what a model hands a submodule,
+or one ThunderFX piece the next), where every write into it is made with grad: eager rebases
+its history on the write, which :func:`_adopt_history` gives it the same way; on a leaf it
+raises eager's own error, after the call.
+
 A write into an input that does not require grad, of a value that does (``x.mul_(w)``, only
 ``w`` requiring grad), becomes a value before autodiff, and the caller's tensor receives it in
 one epilogue ``copy_`` (:mod:`thunder_ext.functionalize`).  That copy runs inside Thunder's
