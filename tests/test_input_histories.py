@@ -198,3 +198,24 @@ def test_a_write_with_grad_to_a_leaf_that_requires_grad_raises_eagers_error(conf
     with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
         compiled(x, w)
     assert x.grad_fn is None
+
+
+@pytest.mark.parametrize("config", CELLS, ids=lambda c: f"{c.entry}-{c.executors}-{c.fusion_type}")
+@pytest.mark.parametrize("base_grad", [False, True], ids=["plain_base", "grad_base"])
+def test_a_written_input_that_is_a_view_rebases_its_base(base_grad: bool, config: Config):
+    """The input is a view of the caller's tensor (``base[1:]``): eager's write rebases the base's
+    history too, outside the view's rows as well.  Marking the view dirty in a custom Function
+    lost the base's other rows' gradient; the transform copies as eager does."""
+
+    def run(fn):
+        torch.manual_seed(0)
+        leaf, w = torch.randn(4, 3, requires_grad=base_grad), torch.randn(3, 3, requires_grad=True)
+        base = leaf * 1 if base_grad else leaf.clone()
+        x = base[1:]
+        out = fn(x, w)
+        (out.sum() + (base * base).sum()).backward()
+        return out.detach(), base.detach(), leaf.grad, w.grad, base.requires_grad, x.requires_grad
+
+    compiled = compile_fn(mul_then_read, config)
+    for _ in range(2):
+        torch.testing.assert_close(run(lambda x, w: compiled(x, w)[0]), run(lambda x, w: mul_then_read(x, w)[0]))

@@ -87,6 +87,12 @@ def _adopt_history(x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         return x  # nothing to adopt (a value computed without grad)
     if x.requires_grad and x.is_leaf:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    if x._base is not None:
+        # A view: its base's history must be rebased too (eager's CopySlices), which marking the
+        # view dirty in a custom Function gets wrong outside the view's elements. Eager's own
+        # in-place copy does it, for one more copy of data ``x`` holds already.
+        with torch.enable_grad():
+            return x.copy_(value)
     with torch.enable_grad():  # Thunder's epilogue runs under no_grad
         return _Adopt.apply(x, value)
 
