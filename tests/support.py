@@ -51,12 +51,14 @@ ARGS_TENSOR_MASK = (
 ARGS_TENSOR_MASK_FAILS = not THUNDER_MAIN
 
 
-def gradless_copy_over_differentiable(a, b):
-    """A construct the transform refuses (``OverwriteGradientError``) where eager answers: a copy
-    without gradient over an input that carries one, read afterwards (class 9 under grad too)."""
-    a.copy_(b)  # eager: the caller's `a` gets a zero gradient from the copy; Thunder: None
-    return (a * 2,)
+def refused_where_eager_answers(a, b):
+    """A construct the transform refuses (``GradInputWriteError``, class 9) where eager answers: a
+    write with grad through ``contiguous()`` of a non-leaf input that requires grad (``a`` itself
+    in eager, which rebases its history), a form the transform does not make a value."""
+    t0 = a.contiguous()
+    t0.add_(b)
+    return t0, a * 2
 
 
-def gradless_copy_args() -> tuple[torch.Tensor, ...]:
+def refused_where_eager_answers_args() -> tuple[torch.Tensor, ...]:
     return torch.randn(4, 3, requires_grad=True) * 1, torch.randn(4, 3)

@@ -19,7 +19,7 @@ import thunder_ext
 from thunder_ext.cli import check_main, parse_input_spec
 from thunder_ext.doctor import CheckReport, check
 from thunder_ext.testing.gallery import war_long_chain
-from support import gradless_copy_args, gradless_copy_over_differentiable
+from support import refused_where_eager_answers_args, refused_where_eager_answers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -111,11 +111,11 @@ def test_html_is_escaped():
 
 
 def test_refused_construct_is_reported_refused_and_unsafe():
-    # A copy_ without gradient over a tensor with one, read afterwards: eager gives zeros.
-    r = check(gradless_copy_over_differentiable, *gradless_copy_args())
+    # A write with grad through contiguous() of a non-leaf input that requires grad: eager answers.
+    r = check(refused_where_eager_answers, *refused_where_eager_answers_args())
     for row in r.transform_rows:
         assert row.result == "refused"
-        assert "OverwriteGradientError" in row.detail
+        assert "GradInputWriteError" in row.detail
     assert r.safe is False
     assert r.verdict.startswith("UNSAFE") and "refuses" in r.verdict
     assert str(r).startswith("UNSAFE")
@@ -241,7 +241,7 @@ def test_cli_unsafe_exits_1(tmp_path, monkeypatch, capsys):
 def test_cli_exit_status_follows_report_safe(monkeypatch, capsys):
     from thunder_ext import doctor
 
-    unsafe = check(gradless_copy_over_differentiable, *gradless_copy_args(), fusion_type="dataflow")
+    unsafe = check(refused_where_eager_answers, *refused_where_eager_answers_args(), fusion_type="dataflow")
     assert not unsafe.safe
     monkeypatch.setattr(doctor, "check", lambda *a, **k: unsafe)
     assert check_main(["thunder_ext.testing.gallery:war_long_chain", "-i", "3,float32", "-i", "3,float32"]) == 1

@@ -15,9 +15,9 @@ import thunder
 import torch
 
 import thunder_ext
-from thunder_ext import InplaceBarrierTransform, OverwriteGradientError
+from thunder_ext import GradInputWriteError, InplaceBarrierTransform
 from thunder_ext.barriers import BarrierReport
-from support import gradless_copy_args, gradless_copy_over_differentiable
+from support import refused_where_eager_answers_args, refused_where_eager_answers
 from thunder_ext.logs import level_from_env
 from thunder_ext.summaries import barrier_report_html, barrier_report_text
 
@@ -169,12 +169,12 @@ def test_logs_debug_adds_the_traces(logged_runs):
 
 
 def test_refusals_are_logged_with_their_reason(caplog):
-    jf = thunder.jit(gradless_copy_over_differentiable, fusion_type="dataflow", transforms=[InplaceBarrierTransform()])
-    with caplog.at_level(logging.INFO, logger="thunder_ext"), pytest.raises(OverwriteGradientError):
-        jf(*gradless_copy_args())
+    jf = thunder.jit(refused_where_eager_answers, fusion_type="dataflow", transforms=[InplaceBarrierTransform()])
+    with caplog.at_level(logging.INFO, logger="thunder_ext"), pytest.raises(GradInputWriteError):
+        jf(*refused_where_eager_answers_args())
     refusals = [r.getMessage() for r in caplog.records if r.name == "thunder_ext" and "refused" in r.getMessage()]
     assert len(refusals) == 1
-    assert refusals[0].startswith("before autodiff: refused with OverwriteGradientError: `copy_` overwrites a tensor")
+    assert refusals[0].startswith("before autodiff: refused with GradInputWriteError: the function writes in place to the input `a`")
     assert f"{__file__.replace('test_reports_and_logs', 'support')}:" in refusals[0], refusals[0]
 
 
