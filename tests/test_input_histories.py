@@ -57,23 +57,6 @@ CASES = {
 }
 
 
-def _run(fn, args):
-    """Outputs, the plain inputs after the call (data, history), which outputs are inputs, and
-    the gradient of a loss that reads the outputs and the written inputs after the call."""
-    *plain, w = [a.clone() for a in args]
-    w.requires_grad_()
-    out = fn(*plain, w)
-    loss = sum((o.float() * 3).sum() for o in out) + sum((x * x).sum() for x in plain)
-    loss.backward()
-    return {
-        "outputs": [o.detach() for o in out],
-        "is_input": [[o is x for x in plain] for o in out],
-        "inputs": [x.detach() for x in plain],
-        "requires_grad": [x.requires_grad for x in plain],
-        "grad": w.grad,
-    }
-
-
 @pytest.mark.parametrize("config", CELLS, ids=lambda c: f"{c.entry}-{c.executors}-{c.fusion_type}")
 @pytest.mark.parametrize("fn", list(CASES), ids=lambda f: f.__name__)
 def test_a_written_plain_input_gets_eagers_history(fn, config: Config):
@@ -81,14 +64,15 @@ def test_a_written_plain_input_gets_eagers_history(fn, config: Config):
     compiled = compile_fn(fn, config)
     for call in range(2):  # the second call runs the cached traces
         args = CASES[fn]()
-        want = _run(fn, args)
-        got = _run(compiled, args)
+        plain = (False,) * (len(args) - 1)
+        want = _run_grad(fn, args, plain)
+        got = _run_grad(compiled, args, plain)
         assert want["requires_grad"] == [True] * len(want["requires_grad"])  # the test's premise
         assert got["is_input"] == want["is_input"], call
         assert got["requires_grad"] == want["requires_grad"], call
         torch.testing.assert_close(got["outputs"], want["outputs"])
         torch.testing.assert_close(got["inputs"], want["inputs"])
-        torch.testing.assert_close(got["grad"], want["grad"])
+        torch.testing.assert_close(got["grads"], want["grads"])
 
 
 @pytest.mark.parametrize("config", CELLS[:4], ids=lambda c: f"{c.entry}-{c.executors}-{c.fusion_type}")
@@ -114,17 +98,6 @@ def add_then_mul_then_read(x, w):
     return (x.cos(),)
 
 
-def grad_read_mul_then_returned(x, w):
-    y = x * 2
-    x.mul_(w)
-    return x, y
-
-
-def grad_slice_write_then_returned(x, w):
-    x[1:].mul_(w[1:])
-    return (x,)
-
-
 def relu_then_mul(x, w):
     x.relu_()
     return (x * w,)
@@ -143,8 +116,8 @@ def grad_and_plain_inputs(z, x, w):
 
 GRAD_CASES = {
     add_then_mul_then_read: (True,),
-    grad_read_mul_then_returned: (True,),
-    grad_slice_write_then_returned: (True,),
+    read_mul_then_returned: (True,),
+    slice_write_then_returned: (True,),
     relu_then_mul: (True,),
     whole_overwrite: (True,),
     grad_and_plain_inputs: (True, False),
@@ -152,9 +125,11 @@ GRAD_CASES = {
 
 
 def _run_grad(fn, bases, grads):
-    """Each input that requires grad is a non-leaf ``a * 1.5`` of a leaf ``a``; the loss reads
-    the outputs and every input after the call.  Returns what :func:`_run` does, with the
-    leaves' gradients."""
+    """Call ``fn(*inputs, w)``: the last of ``bases`` is ``w``, which requires grad; an input
+    whose ``grads`` entry is true is a non-leaf ``a * 1.5`` of a leaf ``a``, the others are plain
+    tensors.  The loss reads the outputs and every input after the call.  Returns the outputs,
+    the inputs after the call (data, history), which outputs are inputs, and the gradients of
+    ``w`` and of the leaves."""
     leaves = [b.clone().requires_grad_(g) for b, g in zip(bases[:-1], grads)]
     inputs = [a * 1.5 if g else a for a, g in zip(leaves, grads)]
     w = bases[-1].clone().requires_grad_()
