@@ -311,6 +311,45 @@ def test_eager_refusal_matched_by_the_transform_stays_safe():
     assert r.eager_error is not None and r.status == "safe" and not r.eager_fails
 
 
+# -- documented differences (docs/limits.md) ---------------------------------------------------
+
+
+def _copy_into_input(x, b):
+    x.copy_(b)
+    return x * 2
+
+
+def test_a_documented_difference_is_reported_as_such_and_safe():
+    # x is a non-leaf input whose retain_grad the comparison reads: eager's collects what x * 2
+    # sends the written x, the transform's does not (docs/limits.md); every leaf's gradient matches.
+    leaf, b = _inputs((3,), (3,), grad=True)
+    r = check(_copy_into_input, leaf * 1, b, fusion_type="dataflow")
+    row = r.row("transform-dataflow-default-jit")
+    assert row.verdict.status == "wrong", "the comparison itself must still see the difference"
+    assert row.result == "documented" and row.ok
+    assert row.detail.startswith("documented exception: a written non-leaf input's retained gradient")
+    assert r.status == "safe"
+    # plain Thunder drops the gradient through x: no documented difference explains that
+    assert r.row("plain-dataflow-default-jit").result == "wrong"
+    assert "plain Thunder fails: wrong in plain-dataflow-default-jit" in r.verdict
+
+
+def _saved_then_written(x, w):
+    h = x * w
+    y = h.sin()  # saves h
+    h.add_(1)  # eager's backward refuses: h was modified since
+    return y
+
+
+def test_a_documented_difference_where_eager_raises_stays_the_users_error():
+    x, w = _inputs((4, 3), (4, 3), grad=True)
+    r = check(_saved_then_written, x, w, fusion_type="dataflow")
+    row = r.row("transform-dataflow-default-jit")
+    assert row.verdict.status == "wrong" and not row.ok and row.result == "wrong"
+    assert row.detail.startswith("documented exception: eager's version counter refuses")
+    assert r.status == "eager-error" and r.verdict.startswith("ERROR IN YOUR FUNCTION")
+
+
 def test_cli_eager_failure_exits_2(tmp_path, capsys):
     f = tmp_path / "hazard.py"
     f.write_text(HAZARD_FILE)

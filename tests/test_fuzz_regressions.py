@@ -974,7 +974,7 @@ def test_view_exception_rejects_a_different_answer():
     from types import SimpleNamespace
 
     from thunder_ext.testing.compare import _clone, execute
-    from thunder_ext.testing.fuzzing import _view_is_reshape, _ViewAsReshape
+    from thunder_ext.testing.differences import _view_is_reshape, _ViewAsReshape
 
     torch.manual_seed(0)
     args = (_x(False), *_stats())
@@ -2908,7 +2908,7 @@ def test_float64_tiebreak_accepts_only_the_float64_answer():
     from types import SimpleNamespace
 
     from thunder_ext.testing.compare import _clone, execute
-    from thunder_ext.testing.fuzzing import _rounding_only
+    from thunder_ext.testing.differences import _rounding_only
 
     torch.manual_seed(0)
     args = (_x(False),)
@@ -2934,7 +2934,7 @@ def test_float64_tiebreak_accepts_only_the_float64_answer():
 def test_float64_tiebreak_never_excuses_an_ordering_bug(name: str):
     """Where plain Thunder reads a wrong version of a tensor (the gallery's hazards), its answer
     is no closer to eager in float64 than to eager in float32."""
-    from thunder_ext.testing.fuzzing import _rounding_only
+    from thunder_ext.testing.differences import _rounding_only
 
     prog = by_name(name)
     verdict = differential(prog.build, PLAIN_HAZARD)

@@ -13,7 +13,7 @@ luck without the transform.
 
     >>> report = thunder_ext.check(fn, x, w, fusion_type="dataflow")
     >>> print(report)          # a table, with a one-line verdict on top (also what the REPL shows)
-    >>> report.safe            # True iff every run with the transform agrees with eager
+    >>> report.safe            # True iff every run with the transform agrees with eager (or differs as documented)
     >>> report.status          # 'safe', 'unsafe', or 'eager-error' (fn fails in eager PyTorch)
 """
 
@@ -31,6 +31,7 @@ import torch
 
 from thunder_ext.progress import progress
 from thunder_ext.testing.compare import Config, Outcome, Verdict, _clone, differential, execute
+from thunder_ext.testing.differences import documented_difference
 
 FUSION_TYPES = ("consecutive", "dataflow")
 ENTRIES = ("jit", "thunderfx")
@@ -40,6 +41,8 @@ EXECUTORS = ("default", "torch_compile")
 LEGEND = (
     ("configuration", "plain Thunder or with the transform, then fusion type, executors, and entry (thunder.jit or thunderfx)"),
     ("result", "the compiled run against eager PyTorch: correct (same outputs, final input state and gradients), "
+               "documented (other numbers only in a way docs/limits.md documents, named in the detail: a None "
+               "gradient for eager's zeros, a written non-leaf input's retained .grad, float rounding), "
                "wrong (other numbers, no error), crash (an exception thunder-ext does not document), refused "
                "(a documented thunder_ext error; 'eager too' when eager PyTorch raises as well)"),
     ("violations", "ordering hazards thunder_ext.verify finds in the run's traces, by kind (RAW read-after-write, "
@@ -62,6 +65,8 @@ class CheckRow:
     barriers: int | None = None  # in the final forward + backward traces; None when there are none
     traces_checked: int = 0
     checker_error: str = ""
+    # Why a run that does not match eager is a documented difference (docs/limits.md), if it is.
+    documented: str = ""
 
     @property
     def name(self) -> str:
@@ -72,11 +77,14 @@ class CheckRow:
         v = self.verdict
         if v.eager_error is not None and v.status == "refused":
             return "refused (eager too)"
+        if self.documented and v.eager_error is None:
+            return "documented"
         return v.status
 
     @property
     def ok(self) -> bool:
-        return self.verdict.ok
+        # Where eager raises, a documented difference still leaves the function the user's error.
+        return self.verdict.ok or bool(self.documented and self.verdict.eager_error is None)
 
     @property
     def violation_summary(self) -> str:
@@ -90,6 +98,8 @@ class CheckRow:
     @property
     def detail(self) -> str:
         parts = []
+        if self.documented:
+            parts.append(self.documented)
         if self.verdict.detail:
             parts.append(self.verdict.detail)
         if self.checker_error:
@@ -118,7 +128,8 @@ class CheckReport:
 
     @property
     def safe(self) -> bool:
-        """Every run with the transform is correct, or refuses where eager PyTorch refuses too."""
+        """Every run with the transform is correct, differs only as documented (docs/limits.md), or
+        refuses where eager PyTorch refuses too."""
         rows = self.transform_rows
         return bool(rows) and all(r.ok for r in rows)
 
@@ -405,7 +416,7 @@ def check(
     rows = []
     for cfg in progress(configs, "check", name=str):
         verdict = differential(build, cfg, eager=eager)
-        row = CheckRow(cfg, verdict)
+        row = CheckRow(cfg, verdict, documented=documented_difference(build, verdict) or "")
         _inspect_traces(row, verdict.outcome)
         rows.append(row)
     for k, v in state.items():
