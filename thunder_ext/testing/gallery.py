@@ -346,6 +346,18 @@ def returned_input_written_with_grad(a, w):
     return a  # the caller's tensor cannot carry that history: the output is the value, which does
 
 
+def activation_written_in_place(h, w):
+    """A submodule handed the caller's activation ``h``, no leaf (computed with grad, as after a
+    graph break), scaling and activating it in place as eager allows (class 9, with grad)."""
+    h.mul_(w)
+    F.silu(h, inplace=True)
+    return h  # the caller's h, carrying the writes' history
+
+
+def _activation_build():
+    return activation_written_in_place, (_t(4, 3, grad=True) * 1, _t(3, grad=True)), {}
+
+
 def _plain(fn, *shapes, grad=False):
     def build():
         return fn, tuple(_t(*s, grad=grad) for s in shapes), {}
@@ -452,6 +464,8 @@ PROGRAMS: tuple[Program, ...] = (
     ),
     Program("power_iteration", _power_iteration_build, "buffer write, no grad", grad=True),
     Program("batch_norm2d_read_stats", _bn2d_build, "2 composite write, read", grad=True),
+    Program("activation_written_in_place", _activation_build, "9 non-leaf input, history", grad=True,
+            plain_fails=True),
     Program(
         "weight_clip_through_detach", _grad_inputs(weight_clip_through_detach, [((2, 3), False), ((4, 3), True)]),
         "write through detach", grad=True, plain_fails=True, thunderfx_refused=InputAliasError,
