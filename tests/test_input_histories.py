@@ -75,6 +75,30 @@ def test_a_written_plain_input_gets_eagers_history(fn, config: Config):
         torch.testing.assert_close(got["grads"], want["grads"])
 
 
+def copy_read_by_no_output(x, z, w):
+    x.copy_(w * 2)  # no returned output is computed from it; the caller reads x after the call
+    return (z * 2,)
+
+
+@pytest.mark.parametrize("config", CELLS, ids=lambda c: f"{c.entry}-{c.executors}-{c.fusion_type}")
+def test_a_written_plain_input_no_output_reads_gets_its_history(config: Config):
+    """Under ``thunder.jit`` such a value once kept the path without its history: a caller who
+    reads ``x`` after the call silently lost ``w``'s gradient through it (``None`` where eager
+    gives it).  Where the caller never reads ``x``, ``w`` gets zeros where eager gives ``None``
+    (docs/limits.md); this caller reads it."""
+    torch.manual_seed(0)
+    compiled = compile_fn(copy_read_by_no_output, config)
+    for call in range(2):
+        args = (torch.randn(3), torch.randn(3), torch.randn(3))
+        want = _run_grad(copy_read_by_no_output, args, (False, False))
+        got = _run_grad(compiled, args, (False, False))
+        assert want["requires_grad"] == [True, False] and want["grads"][0] is not None  # the premise
+        assert got["requires_grad"] == want["requires_grad"], call
+        torch.testing.assert_close(got["outputs"], want["outputs"])
+        torch.testing.assert_close(got["inputs"], want["inputs"])
+        torch.testing.assert_close(got["grads"], want["grads"])
+
+
 @pytest.mark.parametrize("config", CELLS[:4], ids=lambda c: f"{c.entry}-{c.executors}-{c.fusion_type}")
 def test_a_call_without_grad_adopts_nothing(config: Config):
     """Under ``torch.no_grad()`` the value carries no history, and the caller's tensor gets none."""
@@ -108,6 +132,11 @@ def whole_overwrite(x, w):
     return (x.cos(),)
 
 
+def scale_read_by_no_output(x, w):
+    x.mul_(2)  # refused under thunder.jit once: no returned output is computed from x
+    return (w * 2,)
+
+
 def grad_and_plain_inputs(z, x, w):
     z.add_(w)
     x.mul_(z)
@@ -120,6 +149,7 @@ GRAD_CASES = {
     slice_write_then_returned: (True,),
     relu_then_mul: (True,),
     whole_overwrite: (True,),
+    scale_read_by_no_output: (True,),
     grad_and_plain_inputs: (True, False),
 }
 

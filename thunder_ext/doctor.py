@@ -42,7 +42,8 @@ LEGEND = (
     ("configuration", "plain Thunder or with the transform, then fusion type, executors, and entry (thunder.jit or thunderfx)"),
     ("result", "the compiled run against eager PyTorch: correct (same outputs, final input state and gradients), "
                "documented (other numbers only in a way docs/limits.md documents, named in the detail: a None "
-               "gradient for eager's zeros, a written non-leaf input's retained .grad, float rounding), "
+               "gradient for eager's zeros or zeros for its None, a written non-leaf input's retained .grad, "
+               "float rounding), "
                "wrong (other numbers, no error), crash (an exception thunder-ext does not document), refused "
                "(a documented thunder_ext error; 'eager too' when eager PyTorch raises as well)"),
     ("violations", "ordering hazards thunder_ext.verify finds in the run's traces, by kind (RAW read-after-write, "

@@ -48,8 +48,7 @@ Invariants:
   tuple that the epilogue takes one argument per slot of, after the prologue's hand-over);
   :func:`can_route` says so before the refusals run, which then keep their ThunderFX refusal.
 * Nor where adopting would differ from eager in another way: :func:`written_values` leaves out
-  a value read from storage that a write kept in place changes, and (under ``thunder.jit``) one
-  whose inputs requiring grad no returned output reaches.
+  a value read from storage that a write kept in place changes.
 """
 
 from __future__ import annotations
@@ -59,7 +58,6 @@ from dataclasses import dataclass, field
 import torch
 from thunder.core import prims
 from thunder.core.codeutils import SigInfo
-from thunder.core.pytree import tree_flatten
 from thunder.core.proxies import TensorProxy, variableify
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 from thunder.core.utils import producers
@@ -125,26 +123,22 @@ def can_route(prologue: TraceCtx | None, computation: TraceCtx, epilogue: TraceC
     return len(epilogue.args) == len(handed[1]) + len(out)
 
 
-def written_values(
-    computation: TraceCtx, histories: dict, epilogue_writes: dict, *, graph_module: bool = False
-) -> dict[str, TensorProxy]:
+def written_values(computation: TraceCtx, histories: dict, epilogue_writes: dict) -> dict[str, TensorProxy]:
     """Input name -> the value its epilogue ``copy_`` writes, in ``computation`` (names may have
     changed since the functionalizer recorded them: the barrier pass renames what it orders).
 
-    Two kinds of value keep the path before this pass (the caller's tensor gets the value without
-    its history; under ThunderFX, the refusal), where adopting the history would differ from eager:
+    Left out, where adopting the history would differ from eager: a value computed from storage
+    that a write kept in place changes.  Its history's backward may read what that write
+    replaced, which eager raises for only if that backward runs (``b.addcmul_(a, a)``, then a
+    no-grad ``a.mul_(1.5)`` into ``a`` requiring grad: soak seeds 86000/86001).  The caller's
+    tensor then gets the value without its history (under ThunderFX, the refusal).
 
-    * a value computed from storage that a write kept in place changes: its history's backward
-      may read what that write replaced, which eager raises for only if that backward runs
-      (``b.addcmul_(a, a)``, then a no-grad ``a.mul_(1.5)`` into ``a`` requiring grad: soak seeds
-      86000/86001);
-    * a value computed from an input that requires grad which no returned output is computed
-      from: handed out, it makes Thunder's one backward node give that input a zero gradient
-      where eager leaves it ``None`` (``b[1:] = a.sum(0); return (b.cos(),)``, soak seed 15000),
-      which an optimizer tells apart.  Not under ThunderFX (``graph_module``): Dynamo hands a
-      written input back, or on to the code after the graph, outside the graph's outputs, so
-      they cannot tell; there the choice is the history or a refusal, and a zero gradient
-      arises only where nothing reads the caller's tensor afterwards (docs/limits.md).
+    Every other value is adopted, also one that no returned output is computed from
+    (``b.copy_(w * 2); return (x.cos(),)``): the caller may differentiate through ``b`` after
+    the call, as eager allows.  Where it never does, Thunder's one backward node gives ``w`` a
+    zero gradient where eager leaves it ``None`` (``torch.compile`` the same; docs/limits.md).
+    Leaving such a value without its history instead dropped every gradient through ``b``,
+    silently, for a caller who reads it.
     """
     copies = {b.flat_proxy_outs[0].name: b for b in computation.bound_symbols if b.sym.id == prims.PrimIDs.COPY_ and b.flat_proxy_outs}
     found = {}
@@ -157,21 +151,15 @@ def written_values(
         return found
     bsyms = computation.bound_symbols
     made_by = producers(bsyms)
-    grad_inputs = {a.name for a in computation.args if isinstance(a, TensorProxy) and a.requires_grad}
-    ret = bsyms[-1]
-    returned = tree_flatten(ret.args[0].get("output"))[0] if is_return(ret) and ret.args and isinstance(ret.args[0], dict) else []
-    reached_by_outputs = _computed_from(made_by, [p for p in returned if isinstance(p, TensorProxy)]) & grad_inputs
     info = storage_groups(bsyms, input_names(computation))
     named = (c.flat_proxy_outs[0].name for c in epilogue_writes.values() if c.flat_proxy_outs)
     epilogue = {id(copies[n]) for n in named if n in copies}
     kept = {info.group_of(w) for b, e in zip(bsyms, info.effects) if id(b) not in epilogue for w in e.writes}
-    adoptable = {}
-    for name, value in found.items():
-        sources = _computed_from(made_by, [value])
-        reached = graph_module or sources & grad_inputs <= reached_by_outputs
-        if reached and not any(info.group_of(n) in kept for n in sources):
-            adoptable[name] = value
-    return adoptable
+    return {
+        name: value
+        for name, value in found.items()
+        if not any(info.group_of(n) in kept for n in _computed_from(made_by, [value]))
+    }
 
 
 def _computed_from(made_by, roots: list[TensorProxy]) -> set[str]:

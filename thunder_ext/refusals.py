@@ -109,7 +109,7 @@ def refuse_unsupported_gradients(
     if histories_routed:
         from thunder_ext.input_histories import written_values
 
-        adopted = frozenset(written_values(after, report.histories, report.epilogue_writes, graph_module=graph_module))
+        adopted = frozenset(written_values(after, report.histories, report.epilogue_writes))
     # The storage refuse_written_grad_inputs refuses below, whatever else holds; not an input
     # whose caller's tensor adopts its written value's history (thunder_ext.input_histories).
     adopted_groups = {group_of(n) for n in adopted}
@@ -971,9 +971,8 @@ def _why_not_adopted(report: BarrierReport, adopted: frozenset[str]) -> dict[str
     for n in report.histories:
         if n not in adopted:
             why[n] = (
-                "no returned output is computed from its written value, whose history would give what that "
-                "value is computed from a zero gradient where eager gives none (under `thunder.jit`; return "
-                "something computed from it), or that value reads storage a write kept in place changes"
+                "its written value reads storage that a write kept in place changes, whose old value the "
+                "history's backward would read"
             )
     return why
 

@@ -132,7 +132,7 @@ class InplaceBarrierTransform(thunder.Transform):
         if config.histories_routed and report.histories:
             # The caller's inputs written with a gradient-carrying value take its history after
             # the call, in Thunder's epilogue (thunder_ext.input_histories).
-            values = written_values(new, report.histories, report.epilogue_writes, graph_module=config.graph_module)
+            values = written_values(new, report.histories, report.epilogue_writes)
             n_out = len(new.bound_symbols[-1].args[0]["output"])
             prologue_trace, new, epilogue_trace, histories = route_histories(
                 prologue_trace, new, epilogue_trace, values, report.returned_inputs

@@ -69,8 +69,9 @@ as generated (when any input requires grad) and once with none.  A cell passes w
 * the difference is one of the documented exceptions (docs/limits.md,
   :mod:`thunder_ext.testing.differences`): eager's stricter version counter, eager's refusal
   of a write whose source overlaps its destination, Thunder's ``view`` as a reshape where
-  eager's stride check refuses, ``None`` where eager's gradient is all zeros, and the retained
-  gradient of a written non-leaf input; or
+  eager's stride check refuses, ``None`` where eager's gradient is all zeros, zeros where eager's
+  is ``None`` (a written input's adopted history nothing reads), and the retained gradient of a
+  written non-leaf input; or
 * the difference is float rounding: eager run on the same values in float64 agrees with the
   compiled run as closely as the comparison asks, where eager's float32 does not (the soak
   counts these apart).
