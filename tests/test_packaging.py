@@ -94,6 +94,7 @@ def _collected(args: list[str]) -> set[str]:
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider", *args],
         cwd=ROOT, capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTEST_ADDOPTS": ""},  # a -v there would undo -q, and the node ids with it
     ).stdout
     return {ln for ln in out.splitlines() if "::" in ln}
 
