@@ -108,6 +108,22 @@ def _view_is_reshape(build: Builder, v) -> bool:
     return True
 
 
+def _grads_match_once_patched(v, patch) -> bool:
+    """Outputs and final inputs matched (the verdict is about gradients only), and the gradients
+    match eager's once ``patch(k, got, eager)`` stands for each compiled gradient ``got``."""
+    eager = v.eager
+    if not v.detail.startswith("gradients differ") or v.outcome is None or eager is None:
+        return False
+    if eager.error is not None or len(eager.grads) != len(v.outcome.grads):
+        return False
+    patched = [patch(k, g, e) for k, (g, e) in enumerate(zip(v.outcome.grads, eager.grads))]
+    try:
+        torch.testing.assert_close(patched, eager.grads)
+    except AssertionError:
+        return False
+    return True
+
+
 def _none_for_zero_grad(v) -> bool:
     """The documented exception for gradients (docs/limits.md).
 
@@ -116,20 +132,9 @@ def _none_for_zero_grad(v) -> bool:
     and final inputs matched (``differential`` compares them before gradients) and the
     gradients match once each such ``None`` stands for the zeros eager computed.
     """
-    eager = v.eager
-    if not v.detail.startswith("gradients differ") or v.outcome is None or eager is None:
-        return False
-    if eager.error is not None or len(eager.grads) != len(v.outcome.grads):
-        return False
-    patched = [
-        torch.zeros_like(e) if g is None and e is not None and not e.any() else g
-        for g, e in zip(v.outcome.grads, eager.grads)
-    ]
-    try:
-        torch.testing.assert_close(patched, eager.grads)
-    except AssertionError:
-        return False
-    return True
+    return _grads_match_once_patched(
+        v, lambda k, g, e: torch.zeros_like(e) if g is None and e is not None and not e.any() else g
+    )
 
 
 def _zeros_for_none_grad(v) -> bool:
@@ -142,17 +147,7 @@ def _zeros_for_none_grad(v) -> bool:
     (``torch.compile`` the same).  Accepted only when the outputs and final inputs matched and
     the gradients match once each all-zero gradient where eager has ``None`` stands for it.
     """
-    eager = v.eager
-    if not v.detail.startswith("gradients differ") or v.outcome is None or eager is None:
-        return False
-    if eager.error is not None or len(eager.grads) != len(v.outcome.grads):
-        return False
-    patched = [None if e is None and g is not None and not g.any() else g for g, e in zip(v.outcome.grads, eager.grads)]
-    try:
-        torch.testing.assert_close(patched, eager.grads)
-    except AssertionError:
-        return False
-    return True
+    return _grads_match_once_patched(v, lambda k, g, e: None if e is None and g is not None and not g.any() else g)
 
 
 def _retained_grad_of_written_input(v) -> bool:
@@ -165,18 +160,10 @@ def _retained_grad_of_written_input(v) -> bool:
     same).  Accepted only when outputs and inputs matched and every other gradient does: the
     leaves' and each input's gradient at the call, which a wrong history would change.
     """
-    eager = v.eager
-    if not v.detail.startswith("gradients differ") or v.outcome is None or eager is None:
+    if v.outcome is None or v.eager is None:
         return False
-    written = set(v.outcome.written_non_leaves) & set(eager.written_non_leaves)
-    if not written or eager.error is not None or len(eager.grads) != len(v.outcome.grads):
-        return False
-    patched = [e if k in written else g for k, (g, e) in enumerate(zip(v.outcome.grads, eager.grads))]
-    try:
-        torch.testing.assert_close(patched, eager.grads)
-    except AssertionError:
-        return False
-    return True
+    written = set(v.outcome.written_non_leaves) & set(v.eager.written_non_leaves)
+    return bool(written) and _grads_match_once_patched(v, lambda k, g, e: e if k in written else g)
 
 
 def _as_float64(x):
