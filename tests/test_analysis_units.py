@@ -576,6 +576,45 @@ def test_saves_input_is_whether_eagers_backward_raises_after_a_write(name, fn, m
     assert checked == len(params)
 
 
+_GRAD_SUBSET_CASES = [c for c in SAVES_CASES if c[0] in ("mul", "add", "exp", "where", "einsum", "matmul")]
+
+
+@pytest.mark.parametrize("name,fn,makers", _GRAD_SUBSET_CASES, ids=[c[0] for c in _GRAD_SUBSET_CASES])
+def test_saves_input_asked_with_the_arguments_that_carry_a_gradient(name, fn, makers):
+    """``saves_input(bsym, arg, differentiable)`` against eager with only the arguments named in
+    ``differentiable`` requiring grad: ``a * b`` with only ``b`` requiring it saves ``a`` and not
+    ``b``, so a write into ``b`` after it leaves eager's backward running.  None requiring grad:
+    eager records no backward, and saves nothing."""
+    from itertools import combinations
+
+    from thunder_ext.meta_calls import saves_input
+
+    args = [m() for m in makers]
+    jf = thunder.jit(fn)
+    jf(*args)
+    (bsym,) = [b for b in thunder.last_traces(jf)[0].bound_symbols if b.sym.name == name]
+    params = [p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)]
+    names = list(fn.__code__.co_varnames[: fn.__code__.co_argcount])
+    floating = [n for n, a in zip(names, args) if a.is_floating_point()]
+    for r in range(len(floating) + 1):
+        for grads in combinations(floating, r):
+            for k, pname in enumerate(names):
+                proxy = next((p for p in params if p.name == pname), None)
+                if proxy is None or not args[k].is_floating_point():
+                    continue
+                ins = [(a.detach().requires_grad_() * 1) if n in grads else a.clone() for a, n in zip(args, names)]
+                out = fn(*ins)
+                ins[k].add_(1)
+                raised = False
+                if out.requires_grad:
+                    try:
+                        out.sum().backward()
+                    except RuntimeError as e:
+                        assert "modified by an inplace operation" in str(e), e
+                        raised = True
+                assert saves_input(bsym, proxy, frozenset(grads)) == raised, f"{name}: {pname}, grad on {grads}"
+
+
 # -- zero cotangents ---------------------------------------------------------------------------
 
 

@@ -440,7 +440,7 @@ class _Functionalizer:
                             and g in writers
                             and not (e.writes or e.aliases)
                             and any(o.name in self.differentiable for o in tensor_outs(b))
-                            and saves_input(b, p)
+                            and saves_input(b, p, self.differentiable)
                         ):
                             first_grad_read[g] = i
         # Groups whose input the return hands back itself (the input, or an in-place op's output on it).

@@ -17,6 +17,7 @@ that takes Thunder's (tested against eager's own behaviour in ``tests/test_analy
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from collections.abc import Set as AbstractSet
 
 import thunder.torch as ltorch
 import torch
@@ -150,11 +151,11 @@ def memoized(memo: dict, key: tuple | None, ask: Callable[[], bool]) -> bool:
 
 
 def call_on_meta(
-    bsym: BoundSymbol, fn: Callable, *, grad: bool = False, strided: bool = False
+    bsym: BoundSymbol, fn: Callable, *, grad: bool | AbstractSet[str] = False, strided: bool = False
 ) -> tuple[dict[str, torch.Tensor], object]:
     """``fn`` called with ``bsym``'s arguments, each tensor a meta tensor of its shape and dtype
     (one per name: a repeated argument is the same tensor); with ``grad``, every floating one
-    requires grad; with ``strided``, each is laid out with a gap after every element (strides
+    requires grad (a set of names: those among them); with ``strided``, each is laid out with a gap after every element (strides
     twice a contiguous tensor's), as a strided view of an input may be at run time.  Returns the
     tensors by name and the result; raises what the call raises."""
     metas: dict[str, torch.Tensor] = {}
@@ -166,7 +167,8 @@ def call_on_meta(
                 t = torch.empty(shape, dtype=to_torch_dtype(x.dtype), device="meta")
                 if strided and shape:
                     t = torch.empty_strided(shape, tuple(2 * s for s in t.stride()), dtype=t.dtype, device="meta")
-                metas[x.name] = t.requires_grad_(grad and dtypes.is_inexact_dtype(x.dtype))
+                wanted = grad if isinstance(grad, bool) else x.name in grad
+                metas[x.name] = t.requires_grad_(wanted and dtypes.is_inexact_dtype(x.dtype))
             return metas[x.name]
         if isinstance(x, dtypes.dtype):
             return to_torch_dtype(x)
@@ -197,12 +199,12 @@ def _saved_tensors(node) -> list[torch.Tensor]:
     return out
 
 
-def _probe_saves(bsym: BoundSymbol, arg: TensorProxy) -> bool:
+def _probe_saves(bsym: BoundSymbol, arg: TensorProxy, grad: bool | AbstractSet[str]) -> bool:
     fn = eager_form(bsym)
     if fn is None:
         return True
     try:
-        metas, result = call_on_meta(bsym, fn, grad=True)
+        metas, result = call_on_meta(bsym, fn, grad=grad)
         storage = metas[arg.name].untyped_storage()._cdata
         inputs = {id(t) for t in metas.values()}
         leaves = torch.utils._pytree.tree_leaves(result)
@@ -226,11 +228,25 @@ def _probe_saves(bsym: BoundSymbol, arg: TensorProxy) -> bool:
     return False
 
 
-def saves_input(bsym: BoundSymbol, arg: TensorProxy) -> bool:
+def saves_input(bsym: BoundSymbol, arg: TensorProxy, differentiable: AbstractSet[str] | None = None) -> bool:
     """Whether eager's backward of ``bsym`` saves ``arg`` (or a view of it), so that a later
     in-place write to ``arg`` makes that backward raise (its version counter moved).  True
-    where the probe cannot tell."""
-    return memoized(_SAVES, call_signature(bsym, position(bsym, arg)), lambda: _probe_saves(bsym, arg))
+    where the probe cannot tell.
+
+    ``differentiable``: the names that carry a gradient (intermediate proxies carry no
+    ``requires_grad`` before autodiff); eager saves only what the gradients it computes read
+    (``x * w`` with only ``w`` requiring grad saves ``x``, not ``w``).  None: every floating
+    argument requires grad, the most eager can save."""
+    if differentiable is None:
+        grad: bool | frozenset[str] = True
+        which: tuple = ()
+    else:
+        grad = frozenset(p.name for p in bsym.flat_proxy_args if isinstance(p, TensorProxy) and p.name in differentiable)
+        which = tuple(sorted(position(bsym, p) for p in bsym.flat_proxy_args if isinstance(p, TensorProxy) and p.name in grad))
+        if not grad:
+            return False  # no gradient is computed: eager records no backward
+    key = call_signature(bsym, position(bsym, arg), differentiable is None, which)
+    return memoized(_SAVES, key, lambda: _probe_saves(bsym, arg, grad))
 
 
 def position(bsym: BoundSymbol, p: TensorProxy) -> int:
