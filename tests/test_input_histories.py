@@ -48,7 +48,45 @@ def two_inputs(x, z, w):
     return (x + z,)
 
 
+# A write kept in place (under no-grad, into ``w``, which requires grad) around the value: a
+# value whose gradient path eager's backward does not save that storage for is adopted.  Under
+# thunder.jit these once left the caller's ``x`` without history (a loss read from it after the
+# call missed ``w``'s gradient), under ThunderFX a ViewGradientError.
+
+
+def copy_after_kept_write(x, w):
+    with torch.no_grad():
+        w.mul_(2)  # before the value reads w: eager's backward sees this w
+    x.copy_(w)
+    return (x,)
+
+
+def add_then_kept_write(x, w):
+    x.add_(w)  # add saves neither argument
+    with torch.no_grad():
+        w.mul_(2)
+    return (w.cos(),)
+
+
+def mul_then_kept_write(x, w):
+    x.mul_(w)  # with only w requiring grad, eager saves x, not w
+    with torch.no_grad():
+        w.add_(1)
+    return (x.sin(),)
+
+
+def square_copied_after_kept_write(x, w):
+    with torch.no_grad():
+        w.mul_(2)
+    x.copy_(w * w)
+    return (w.sum(0, keepdim=True),)
+
+
 CASES = {
+    copy_after_kept_write: lambda: (torch.randn(3), torch.randn(3)),
+    add_then_kept_write: lambda: (torch.randn(3), torch.randn(3)),
+    mul_then_kept_write: lambda: (torch.randn(3), torch.randn(3)),
+    square_copied_after_kept_write: lambda: (torch.randn(3), torch.randn(3)),
     mul_then_read: lambda: (torch.randn(3), torch.randn(3)),
     read_mul_then_returned: lambda: (torch.randn(3), torch.randn(3)),
     copy_of_a_value: lambda: (torch.randn(3), torch.randn(3)),
@@ -143,7 +181,14 @@ def grad_and_plain_inputs(z, x, w):
     return (x + z,)
 
 
+def mul_then_zeroed(x, z, w):
+    y = x * z  # with only x requiring grad, eager saves z, not x: the write into x is fine
+    x.zero_()
+    return (y + w,)
+
+
 GRAD_CASES = {
+    mul_then_zeroed: (True, False),
     add_then_mul_then_read: (True,),
     read_mul_then_returned: (True,),
     slice_write_then_returned: (True,),

@@ -47,8 +47,8 @@ Invariants:
 * Nothing moves unless the three traces have the shapes this pass rewrites (a flat ``output``
   tuple that the epilogue takes one argument per slot of, after the prologue's hand-over);
   :func:`can_route` says so before the refusals run, which then keep their ThunderFX refusal.
-* Nor where adopting would differ from eager in another way: :func:`written_values` leaves out
-  a value read from storage that a write kept in place changes.
+* Nor where eager's backward through the value would raise: :func:`written_values` leaves out
+  a value whose gradient path saves storage that a write kept in place changes later.
 """
 
 from __future__ import annotations
@@ -64,7 +64,10 @@ from thunder.core.utils import producers
 from thunder.extend import OperatorExecutor
 
 from thunder_ext.alias_analysis import input_names, storage_groups
-from thunder_ext.op_kinds import is_return
+from thunder_ext.copied_views import is_detached
+from thunder_ext.meta_calls import saves_input
+from thunder_ext.op_kinds import is_barrier, is_return, writes_with_grad
+from thunder_ext.refusals import differentiable_names
 
 
 class _Adopt(torch.autograd.Function):
@@ -127,11 +130,14 @@ def written_values(computation: TraceCtx, histories: dict, epilogue_writes: dict
     """Input name -> the value its epilogue ``copy_`` writes, in ``computation`` (names may have
     changed since the functionalizer recorded them: the barrier pass renames what it orders).
 
-    Left out, where adopting the history would differ from eager: a value computed from storage
-    that a write kept in place changes.  Its history's backward may read what that write
-    replaced, which eager raises for only if that backward runs (``b.addcmul_(a, a)``, then a
-    no-grad ``a.mul_(1.5)`` into ``a`` requiring grad: soak seeds 86000/86001).  The caller's
-    tensor then gets the value without its history (under ThunderFX, the refusal).
+    Left out, where eager's backward through the value would raise: an op on its gradient path
+    that eager's backward saves storage of, which a write kept in place changes later
+    (``b.addcmul_(a, a)``, then a no-grad ``a.mul_(1.5)`` into ``a`` requiring grad: soak seeds
+    86000/86001).  Adopting would make that backward reachable, and refused (Thunder's reads the
+    new ``a``) where eager only raises if the caller differentiates through ``b``.  The caller's
+    tensor then gets the value without its history (under ThunderFX, the refusal).  A kept write
+    *before* the op is one eager saw too (``with torch.no_grad(): b.mul_(a)``, then
+    ``c.copy_(b)``): adopted.
 
     Every other value is adopted, also one that no returned output is computed from
     (``b.copy_(w * 2); return (x.cos(),)``): the caller may differentiate through ``b`` after
@@ -154,27 +160,50 @@ def written_values(computation: TraceCtx, histories: dict, epilogue_writes: dict
     info = storage_groups(bsyms, input_names(computation))
     named = (c.flat_proxy_outs[0].name for c in epilogue_writes.values() if c.flat_proxy_outs)
     epilogue = {id(copies[n]) for n in named if n in copies}
-    kept = {info.group_of(w) for b, e in zip(bsyms, info.effects) if id(b) not in epilogue for w in e.writes}
+    last_kept: dict[str, int] = {}  # storage group -> position of its last write kept in place
+    for i, (b, e) in enumerate(zip(bsyms, info.effects)):
+        if id(b) not in epilogue:
+            for w in e.writes:
+                last_kept[info.group_of(w)] = i
+    position = {id(b): i for i, b in enumerate(bsyms)}
+    diff = frozenset(differentiable_names(computation))
     return {
         name: value
         for name, value in found.items()
-        if not any(info.group_of(n) in kept for n in _computed_from(made_by, [value]))
+        if not _saves_storage_a_kept_write_changes_later(made_by, position, info, last_kept, diff, value)
     }
 
 
-def _computed_from(made_by, roots: list[TensorProxy]) -> set[str]:
-    """The names of ``roots`` and of every tensor they are computed from."""
+def _saves_storage_a_kept_write_changes_later(made_by, position, info, last_kept, diff, value: TensorProxy) -> bool:
+    """Whether an op on ``value``'s gradient path saves, in eager, storage that a write kept in
+    place changes at or after that op: eager's backward through the value would then raise.
+
+    Only eager's saves count (:func:`thunder_ext.meta_calls.saves_input`).  Where eager's backward
+    would not raise, the value is adopted, and Thunder's backward reading the changed storage is
+    refused at the fusion stage (``refuse_saved_tensor_mutation``), never silently wrong; leaving
+    such a value out loses its gradient silently for a caller who reads the input after the call.
+    The path stops at what a no-grad block made (a constant to autodiff).  A barrier and a write
+    made without grad save nothing: the gradient passes through them to what they write.
+    Invariant: program order is the order of every access to written storage (the barriers
+    make it so), so a kept write before the op is one the op saw, as in eager.
+    """
     seen: set[str] = set()
-    todo = list(roots)
+    todo = [value]
     while todo:
         p = todo.pop()
         if p.name in seen:
             continue
         seen.add(p.name)
         b = made_by.get(p, None)
-        if b is not None:
-            todo.extend(a for a in b.flat_proxy_args if isinstance(a, TensorProxy))
-    return seen
+        if b is None or is_detached(b):
+            continue
+        args = [a for a in b.flat_proxy_args if isinstance(a, TensorProxy)]
+        at = position[id(b)]
+        if not is_barrier(b) and (writes_with_grad(b) or not info.effects[at].writes):
+            if any(last_kept.get(info.group_of(a), -1) >= at and saves_input(b, a, diff) for a in args):
+                return True
+        todo.extend(args)
+    return False
 
 
 def route_histories(
