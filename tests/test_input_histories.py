@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from thunder_ext.errors import ViewGradientError
 from thunder_ext.testing.compare import Config, compile_fn
 from thunder_ext.testing.fuzzing import CONFIGS
 
@@ -82,7 +83,14 @@ def square_copied_after_kept_write(x, w):
     return (w.sum(0, keepdim=True),)
 
 
+def detached_product_then_write(x, w):
+    y = (x * w).detach()  # eager saves x for w's gradient, but only detach reads the product
+    x.add_(w)
+    return (y,)
+
+
 CASES = {
+    detached_product_then_write: lambda: (torch.randn(3), torch.randn(3)),
     copy_after_kept_write: lambda: (torch.randn(3), torch.randn(3)),
     add_then_kept_write: lambda: (torch.randn(3), torch.randn(3)),
     mul_then_kept_write: lambda: (torch.randn(3), torch.randn(3)),
@@ -147,6 +155,28 @@ def test_a_call_without_grad_adopts_nothing(config: Config):
         out, y = compiled(x, w)
     assert out is x and not x.requires_grad and not y.requires_grad
     torch.testing.assert_close(x, want_x, rtol=0, atol=0)
+
+
+def write_then_no_grad_write_through_a_view(x, w):
+    x.add_(w)
+    with torch.no_grad():
+        x[0:1].zero_()  # keeps x's writes in place: no value to adopt
+    return (w * 2,)
+
+
+@pytest.mark.parametrize("config", CELLS, ids=lambda c: f"{c.entry}-{c.executors}-{c.fusion_type}")
+def test_a_written_plain_input_whose_writes_stay_in_place_is_refused(config: Config):
+    """The caller's ``x`` cannot adopt the history of writes kept in place; eager gives it one
+    (``x.requires_grad`` after the call, and a loss read from ``x`` reaches ``w``).  Under
+    ThunderFX this was refused already; under ``thunder.jit`` the caller's ``x`` came back
+    without history, and such a loss silently missed ``w``'s gradient (plain Thunder too)."""
+    compiled = compile_fn(write_then_no_grad_write_through_a_view, config)
+    args = (torch.randn(3), torch.randn(3))
+    want = _run_grad(write_then_no_grad_write_through_a_view, args, (False,))
+    assert want["requires_grad"] == [True]  # the premise: eager's x carries w's history
+    words = "Dynamo hands the input itself back" if config.entry == "thunderfx" else "would get the data without"
+    with pytest.raises(ViewGradientError, match=words):
+        _run_grad(compiled, args, (False,))
 
 
 # -- inputs that require grad, not leaves: what a model hands a submodule, or a ThunderFX piece

@@ -102,6 +102,7 @@ from thunder_ext.op_kinds import (
     effect_of,
     in_backward,
     is_copy,
+    is_detach,
     is_like_factory,
     is_return,
     may_be_its_input,
@@ -429,6 +430,8 @@ class _Functionalizer:
                 writers.setdefault(info.group_of(w), []).append(i)
         last_read: dict[str, int] = {}
         first_grad_read: dict[str, int] = {}  # written group -> first op (not a write, not a view) saving it for a gradient
+        # A result only ``detach`` reads feeds no gradient: that backward never runs in eager.
+        feeds_gradients = {p.name for b in self.bsyms if not is_detach(b) for p in tensor_args(b)}
         for i, (b, e) in enumerate(zip(self.bsyms, info.effects)):
             if not is_return(b):
                 for p in tensor_args(b):
@@ -439,7 +442,7 @@ class _Functionalizer:
                             g not in first_grad_read
                             and g in writers
                             and not (e.writes or e.aliases)
-                            and any(o.name in self.differentiable for o in tensor_outs(b))
+                            and any(o.name in self.differentiable and o.name in feeds_gradients for o in tensor_outs(b))
                             and saves_input(b, p, self.differentiable)
                         ):
                             first_grad_read[g] = i
@@ -465,7 +468,16 @@ class _Functionalizer:
                 # backward after the write; in place, the transform refuses it the same way (class 6).
                 why = "read for a gradient before a later write (eager refuses that backward)"
             elif self.epilogue_form(g, writers[g], last_read):
-                continue  # already one copy_ at the end: nothing to do, and applying the pass twice changes nothing
+                # Already one copy_ at the end: nothing to do, and applying the pass twice changes
+                # nothing.  One made with grad, of a value that carries a gradient (a run-time
+                # stride choice writes so, thunder_ext.stride_choices), still gives the caller's
+                # tensor the value's history (thunder_ext.input_histories).
+                copy = self.bsyms[writers[g][0]]
+                value = tensor_args(copy)[0]
+                if ins and ins[0] not in self.differentiable and writes_with_grad(copy) and value.name in self.differentiable:
+                    self.report.histories[ins[0]] = value
+                    self.report.epilogue_writes[ins[0]] = copy
+                continue
             if why is not None:
                 self.report.kept_inputs[ins[0] if ins else sorted(names)[0]] = why
                 continue

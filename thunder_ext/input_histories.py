@@ -231,6 +231,12 @@ def route_histories(
     for k, n in returned_inputs.items():
         if n in names and k < len(out) and isinstance(out[k], TensorProxy) and out[k].name == values[n].name:
             slot.setdefault(n, k)
+    # A value returned already (a run-time stride choice returns it for the input) is taken from
+    # its slot: the same tensor handed out twice would reach autograd as two outputs of one node.
+    returned_at = {o.name: k for k, o in reversed(list(enumerate(out))) if isinstance(o, TensorProxy)}
+    for n in names:
+        if n not in slot and values[n].name in returned_at:
+            slot[n] = returned_at[values[n].name]
     extras: list[TensorProxy] = []
     for n in names:
         if n not in slot:

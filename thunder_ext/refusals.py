@@ -92,7 +92,7 @@ def refuse_unsupported_gradients(
     (``report.eager_raises_if_view``), not refused.
 
     ``graph_module``: the compiled function is an FX graph (ThunderFX), whose caller may hand a
-    written input back itself (:func:`refuse_plain_input_history_under_thunderfx`).
+    written input back itself (:func:`refuse_plain_input_history_lost`).
 
     ``stripped``: :func:`stripped_storage` of ``before``, where the caller has it already.
     ``inductor``: ``torch_compile_ex`` is among the executors (see :func:`_no_grad_view_writes`).
@@ -133,7 +133,19 @@ def refuse_unsupported_gradients(
     refuse_views_autodiff_copies(after, placed)
     refuse_returned_input_with_new_history(after, diff, placed)
     if graph_module:
-        refuse_plain_input_history_under_thunderfx(before, diff, stripped, adopted)
+        # An input that adopts its write's history after the call has eager's history wherever
+        # the caller or a later graph reads it.
+        refuse_plain_input_history_lost(
+            before, diff, stripped, lambda n: None if n in adopted else "not adopted", graph_module=True
+        )
+    elif histories_routed:
+        # Under thunder.jit a value left out for eager's own refusal (input_histories.written_values)
+        # is answered: eager raises only where the caller differentiates through it.  Writes kept
+        # in place have no value to adopt.
+        refuse_plain_input_history_lost(
+            before, diff, stripped, lambda n: report.kept_inputs.get(n) and f"its writes stay in place: {report.kept_inputs[n]}",
+            graph_module=False,
+        )
     made_values = frozenset(o.name for b in report.functionalized for o in tensor_outs(b))
     refuse_gradless_overwrite(before, diff, stripped, made_values=made_values)
     report.eager_raises_if_view = refuse_writes_through_views_older_than_their_gradient(diff, stripped, assumed_views)
@@ -632,33 +644,51 @@ def refuse_returned_input_with_new_history(
             )
 
 
-def refuse_plain_input_history_under_thunderfx(
-    trace: TraceCtx, diff: set[str], stripped: tuple[list[BoundSymbol], AliasInfo], adopted: frozenset[str] = frozenset()
+def refuse_plain_input_history_lost(
+    trace: TraceCtx,
+    diff: set[str],
+    stripped: tuple[list[BoundSymbol], AliasInfo],
+    refused: Callable[[str], str | None],
+    *,
+    graph_module: bool,
 ) -> None:
-    """Under ThunderFX, refuse writing a value that carries a gradient into an input that does not.
+    """Refuse writing a value that carries a gradient into an input that does not, where the
+    caller's tensor cannot adopt the write's history (:mod:`thunder_ext.input_histories`).
 
-    Dynamo returns a graph input that the user's function returns (or that code after the graph
-    reads) itself, from outside the graph: the FX graph Thunder compiles does not return it
-    (``a.mul_(w); return a`` is a graph returning nothing).  So the check on the return that
-    ``thunder.jit`` makes (:func:`refuse_returned_input_with_new_history`) cannot see it, and
-    the caller would get its tensor without the history eager gives it, silently.
+    ``refused``: input name -> why it cannot adopt (None: it can, or it does not matter).
+
+    Under ThunderFX, Dynamo returns a graph input that the user's function returns (or that code
+    after the graph reads) itself, from outside the graph: the FX graph Thunder compiles does not
+    return it (``a.mul_(w); return a`` is a graph returning nothing), so the check on the return
+    that ``thunder.jit`` makes (:func:`refuse_returned_input_with_new_history`) cannot see it.
+    Under ``thunder.jit`` the caller may read its tensor after the call just the same: where the
+    writes stay in place (``x.add_(w)``, then a no-grad ``x[0:1].zero_()``), a loss computed
+    from ``x`` after the call would silently miss ``w``'s gradient (plain Thunder's too).
     """
     bsyms, info = stripped
-    # An input that adopts its write's history after the call (thunder_ext.input_histories) has
-    # eager's history wherever the caller or a later graph reads it.
-    plain = {info.group_of(a) for a in trace.args if isinstance(a, TensorProxy) and not a.requires_grad and a.name not in adopted}
+    plain = {
+        info.group_of(a): a.name
+        for a in trace.args
+        if isinstance(a, TensorProxy) and not a.requires_grad and refused(a.name) is not None
+    }
     for b in bsyms:
         effect = effect_of(b)
         for w in effect.writes:
             if info.group_of(w) not in plain or not writes_with_grad(b):
                 continue
             if any(o.name in diff for o, a in effect.aliases if a.name == w.name):
+                name = plain[info.group_of(w)]
+                where = (
+                    "Under ThunderFX, Dynamo hands the input itself back to the caller, and to the code after "
+                    "the compiled graph, without the gradient history eager gives it"
+                    if graph_module
+                    else f"The caller's `{name}` would get the data without the gradient history eager gives it "
+                    f"({refused(name)}), so a loss computed from it after the call would miss that gradient"
+                )
                 raise ViewGradientError(
                     f"`{w.name}` (storage of an input that does not require grad) is written in place with a "
-                    "value that does. Under ThunderFX, Dynamo hands the input itself back to the caller, and to "
-                    "the code after the compiled graph, without the gradient history eager gives it. Write into "
-                    f"a clone (`{w.name} = {w.name}.clone()`), or write a detached value if no gradient should "
-                    "reach it",
+                    f"value that does. {where}. Write into a clone (`{w.name} = {w.name}.clone()`), or write a "
+                    "detached value if no gradient should reach it",
                     b,
                 )
 
