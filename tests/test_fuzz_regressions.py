@@ -111,7 +111,7 @@ def write_after_inplace_relu_reference(a, b):
     # value before the later add_.
     b.copy_(a.detach())
     r = F.relu(a)
-    b.copy_(r.detach() + 2.0)
+    b.copy_(r + 2.0)  # b's history, as the caller reads b after the call
     return (2 * (r + 2.0),)
 
 
@@ -1248,9 +1248,16 @@ def overwrite_then_copy_back(a, b):
 def test_a_write_into_a_non_leaf_input_is_answered(fn, make_args):
     """Were judged needless refusals, then class 9 refusals (plain Thunder loses the gradient that
     reaches the caller, which a hook registered at the call shows). Now the written non-leaf
-    input adopts its write's history, in every cell."""
+    input adopts its write's history, in every cell.  In ``overwrite_then_copy_back`` the
+    caller's loss reads ``a`` after the call, whose history reaches ``b``'s value, not ``b``'s
+    new version: ``b``'s retained ``.grad`` misses that term (the documented exception), every
+    leaf's gradient is eager's."""
     cells = judge_function(fn, make_args, grad_modes=(True,), configs=ALL_CELLS).cells
-    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+    retained = "retained gradient misses outputs read inside"
+    assert cells and all(
+        c.verdict == "ok" and (c.status == "correct" or (fn is overwrite_then_copy_back and retained in c.detail))
+        for c in cells
+    ), "\n".join(map(str, cells))
 
 
 def batch_norm_without_grad_on_stats_with_grad(x, rm, rv):
@@ -1962,16 +1969,17 @@ def test_no_grad_write_through_view_of_copied_plain_input_is_answered():
     from before the no-grad write.  The return reads that name only in its flat_args, as `b`'s
     final state, and it is no trace input, so no gradient is collected by it.
 
-    Under ThunderFX the grad cells stay refused, by the documented ThunderFX rule: Dynamo hands
-    `b` itself back to the code after the graph, without the history eager gives it."""
+    With grad, `b`'s writes stay in place (the no-grad write through a view), so the caller's
+    `b` cannot adopt the history eager gives it: refused through both entries (under
+    ``thunder.jit`` a loss the caller reads from `b` after the call silently missed `a`'s
+    gradient; under ThunderFX Dynamo hands `b` itself back to the code after the graph)."""
     fn, make = no_grad_write_through_view_of_copied_plain_input, lambda g: (_x(g), _x(False))
-    jit = judge_function(fn, make, configs=(*CONFIGS, *TORCH_COMPILE)).cells
-    assert jit and all(c.verdict == "ok" and c.status == "correct" for c in jit), "\n".join(map(str, jit))
-    fx = judge_function(fn, make, configs=tuple(replace(c, entry="thunderfx") for c in (*CONFIGS, *TORCH_COMPILE))).cells
-    assert len(fx) == 8, fx
-    for c in fx:
+    cells = judge_function(fn, make, configs=ALL_CELLS).cells
+    assert len(cells) == 16, cells
+    for c in cells:
         if c.grad:
-            assert c.status == "refused" and "Under ThunderFX, Dynamo hands the input itself back" in c.detail, c
+            words = "Dynamo hands the input itself back" if c.config.entry == "thunderfx" else "would get the data without"
+            assert c.status == "refused" and words in c.detail, c
         else:
             assert c.status == "correct", c
 
@@ -2122,11 +2130,15 @@ def test_value_read_from_an_input_then_written_after_the_input_is_a_new_region(f
 @pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
 def test_value_read_from_an_input_then_written_is_right_in_plain_thunder(fusion_type):
     """Evidence for the case above: plain Thunder with torch_compile_ex is right there (it writes
-    ``b`` back with ``c``'s old values: its ``copy_`` is no clone in the region)."""
+    ``b`` back with ``c``'s old values: its ``copy_`` is no clone in the region).  Its outputs
+    and final inputs are eager's; not its gradients, as the caller reads ``b`` after the call
+    (plain Thunder gives the caller's ``b`` no history)."""
     config = Config(transform=False, fusion_type=fusion_type, executors="torch_compile", check=False)
     make = lambda: (clone_of_an_input_written_then_the_input_written, (_x(False), _x(False), _x(True), *_stats()), {})  # noqa: E731
     verdict = differential(make, config)
-    assert verdict.status == "correct", f"{verdict.status}: {verdict.detail}"
+    assert verdict.outcome is not None and verdict.outcome.error is None, f"{verdict.status}: {verdict.detail}"
+    torch.testing.assert_close(verdict.outcome.outputs, verdict.eager.outputs)
+    torch.testing.assert_close(verdict.outcome.inputs, verdict.eager.inputs)
 
 
 def view_written_then_its_base_given_a_gradient(a, b, c):
@@ -5102,3 +5114,26 @@ def test_contiguous_of_a_batch_norm_output_is_wrong_in_plain_torch_compile():
     want = contiguous_of_a_batch_norm_output_then_written(a.clone())[0]
     got = torch.compile(contiguous_of_a_batch_norm_output_then_written, fullgraph=True)(a.clone())[0]
     assert not torch.allclose(got, want), "plain torch.compile is right here now: see the xfail above"
+
+
+# -- soak seed 110000 (the comparison reads every written input after the call) -----------------
+
+
+def contiguous_alias_written_after_a_gradient_write(a, c):  # soak seed 110000
+    t0 = a.contiguous()  # a itself where a is contiguous: chosen at run time
+    a.addcdiv_(c, c.abs() + 1, value=1.5)
+    t0.neg_()
+    return (c,)
+
+
+def test_an_input_written_where_the_answer_is_chosen_at_run_time_adopts_its_history():
+    """Was silently wrong under ``thunder.jit`` (soak seed 110000, the first soak whose loss reads
+    written inputs after the call) and refused under ThunderFX: where ``contiguous`` is chosen at
+    run time (thunder_ext.stride_choices), ``a``'s new value is written back by one ``copy_`` made
+    with grad, which the functionalizer left as it was, recording no history for the caller's
+    ``a`` to adopt.  A loss read from ``a`` after the call missed ``c``'s gradient."""
+    assert_matches_eager(
+        contiguous_alias_written_after_a_gradient_write,
+        lambda g: (_x(False), _transposed(g)),
+        configs=ALL_CELLS,
+    )

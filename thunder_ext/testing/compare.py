@@ -160,6 +160,8 @@ def execute(fn: Callable, args: Sequence, state: dict) -> Outcome:
     at_call: list[list] = []
     non_leaves = [a for a in leaves if a.grad_fn is not None]
     versions = [a._version for a in non_leaves]
+    plain = [a for a in args if isinstance(a, torch.Tensor) and not a.requires_grad and not a.is_inference()]
+    plain_versions = [a._version for a in plain]
     for a in non_leaves:
         a.retain_grad()
         received: list = []
@@ -170,13 +172,15 @@ def execute(fn: Callable, args: Sequence, state: dict) -> Outcome:
         out.after_call = [
             a.detach().clone() if isinstance(a, torch.Tensor) else a for a in (*args, *state.values())
         ]
-        # The caller may differentiate through its own tensors after the call: a non-leaf input
-        # written in place carries the write's history in eager, so those join the loss, after
-        # the outputs (whose cotangents stay the same).  Not the others: their term would hide
-        # the difference between a None and a zero gradient that the outputs give them.
+        # The caller may differentiate through its own tensors after the call: an input written
+        # in place carries the write's history in eager (a non-leaf's, or a plain tensor's that
+        # got a value with a gradient), so every written input joins the loss, after the outputs
+        # (whose cotangents stay the same).  Not the others: their term would hide the
+        # difference between a None and a zero gradient that the outputs give them.
         written = [a for a, v in zip(non_leaves, versions) if a._version != v]
+        written_plain = [a for a, v in zip(plain, plain_versions) if a._version != v]
         out.written_non_leaves = [k for k, a in enumerate(leaves) if any(a is w for w in written)]
-        loss = _cotangent_loss((outputs, written))
+        loss = _cotangent_loss((outputs, written, written_plain))
         if loss is not None and leaves:
             loss.backward()
         out.requires_grad = [t.requires_grad for t in _flat_tensors(outputs)]
