@@ -155,9 +155,10 @@ def call_on_meta(
 ) -> tuple[dict[str, torch.Tensor], object]:
     """``fn`` called with ``bsym``'s arguments, each tensor a meta tensor of its shape and dtype
     (one per name: a repeated argument is the same tensor); with ``grad``, every floating one
-    requires grad (a set of names: those among them); with ``strided``, each is laid out with a gap after every element (strides
-    twice a contiguous tensor's), as a strided view of an input may be at run time.  Returns the
-    tensors by name and the result; raises what the call raises."""
+    requires grad (a set of names: the floating ones among them); with ``strided``, each is laid
+    out with a gap after every element (strides twice a contiguous tensor's), as a strided view
+    of an input may be at run time.  Returns the tensors by name and the result; raises what the
+    call raises."""
     metas: dict[str, torch.Tensor] = {}
 
     def meta(x):

@@ -142,10 +142,8 @@ def refuse_unsupported_gradients(
         # Under thunder.jit a value left out for eager's own refusal (input_histories.written_values)
         # is answered: eager raises only where the caller differentiates through it.  Writes kept
         # in place have no value to adopt.
-        refuse_plain_input_history_lost(
-            before, diff, stripped, lambda n: report.kept_inputs.get(n) and f"its writes stay in place: {report.kept_inputs[n]}",
-            graph_module=False,
-        )
+        kept = {n: f"its writes stay in place: {why}" for n, why in report.kept_inputs.items()}
+        refuse_plain_input_history_lost(before, diff, stripped, kept.get, graph_module=False)
     made_values = frozenset(o.name for b in report.functionalized for o in tensor_outs(b))
     refuse_gradless_overwrite(before, diff, stripped, made_values=made_values)
     report.eager_raises_if_view = refuse_writes_through_views_older_than_their_gradient(diff, stripped, assumed_views)
