@@ -4758,7 +4758,14 @@ def test_a_gradless_overwrite_read_only_into_a_plain_input_is_answered():
     # (thunder_ext.input_histories).  Plain Thunder's answer only looks right because it drops
     # ``t0``'s history, which is wrong where the program returns ``t0 * 2``
     # (gradless_copy_then_returned: the same first piece).
-    assert cells and all(c.verdict == "ok" and c.status == "correct" for c in cells), "\n".join(map(str, cells))
+    # Under thunder.jit with grad, ``rv``'s writes stay in place (the no-grad ``lerp_`` after a
+    # write with grad), so the caller's ``rv`` cannot adopt the history eager gives it: refused,
+    # as the gradient it would carry is lost (here a zero one, which plain Thunder's numbers
+    # match; docs/limits.md).
+    for c in cells:
+        kept = c.config.entry == "jit" and c.grad
+        assert c.status == ("refused" if kept else "correct"), c
+        assert not kept or "would get the data without the gradient history" in c.detail, c
     # Under ThunderFX the no-grad block cuts the graph, and the program is answered there
     # (test_a_thunderfx_piece_that_ends_without_grad_keeps_its_gradients): jit cells only.
     jit = tuple(c for c in default if c.entry == "jit")

@@ -138,12 +138,6 @@ def refuse_unsupported_gradients(
         refuse_plain_input_history_lost(
             before, diff, stripped, lambda n: None if n in adopted else "not adopted", graph_module=True
         )
-    elif histories_routed:
-        # Under thunder.jit a value left out for eager's own refusal (input_histories.written_values)
-        # is answered: eager raises only where the caller differentiates through it.  Writes kept
-        # in place have no value to adopt.
-        kept = {n: f"its writes stay in place: {why}" for n, why in report.kept_inputs.items()}
-        refuse_plain_input_history_lost(before, diff, stripped, kept.get, graph_module=False)
     made_values = frozenset(o.name for b in report.functionalized for o in tensor_outs(b))
     refuse_gradless_overwrite(before, diff, stripped, made_values=made_values)
     report.eager_raises_if_view = refuse_writes_through_views_older_than_their_gradient(diff, stripped, assumed_views)
@@ -153,6 +147,12 @@ def refuse_unsupported_gradients(
     refuse_running_stats_with_grad(before, diff)
     refuse_writes_through_grad_input_views(before, stripped, nvfuser_may_run=nvfuser_may_run, adopted=adopted)
     refuse_multi_output_views_across_writes(before, stripped, diff)
+    if histories_routed and not graph_module:
+        # After the refusals that name a more specific cause.  Under thunder.jit a value left out
+        # for eager's own refusal (input_histories.written_values) is answered: eager raises only
+        # where the caller differentiates through it.  Writes kept in place have no value to adopt.
+        kept = {n: f"its writes stay in place: {why}" for n, why in report.kept_inputs.items()}
+        refuse_plain_input_history_lost(before, diff, stripped, kept.get, graph_module=False)
     if independent is not None:  # after the more specific refusal of writes through views
         raise independent
 
