@@ -5144,3 +5144,58 @@ def test_an_input_written_where_the_answer_is_chosen_at_run_time_adopts_its_hist
         lambda g: (_x(False), _transposed(g)),
         configs=ALL_CELLS,
     )
+
+
+# -- soak seed 111000: Inductor reads a reduction's input after a later write ---------------------
+
+
+def mean_written_into_an_input_then_its_source_written(b, c, rm):  # soak 111000, reduced
+    rm.add_(b.mean(0))
+    b.lerp_(c, 0.1)  # c transposed: Inductor's mean reads b after this write
+    return (rm,)
+
+
+def running_stats_updated_then_a_source_written(a, b, c, rm, rv):  # soak 111000, as found
+    with torch.no_grad():
+        rv.mul_(0.9).add_(a.mean(0), alpha=0.1)
+    t0 = torch.positive(c)  # noqa: F841
+    t1 = c @ b.t()  # noqa: F841
+    with torch.no_grad():
+        rm.mul_(0.9).add_(b.mean(0), alpha=0.1)
+    with torch.no_grad():
+        b.lerp_(c, 0.1)
+    t2 = a.sum(1)  # noqa: F841
+    b.sub_(1.5)
+    return (b, rv, rm)
+
+
+@pytest.mark.xfail(strict=True, reason="open: soak 111000, Inductor's reduction after a later write (docs/limits.md)")
+def test_a_reduction_written_into_an_input_reads_its_source_before_the_later_write():
+    """Silently wrong with ``torch_compile_ex`` (soak seed 111000, with and without grad, both
+    entries; plain Thunder and plain ``torch.compile`` too): ``rm`` gets the mean of ``b`` after
+    ``b.lerp_(c, 0.1)`` where eager's is the mean before, when ``c`` is laid out as a transpose.
+    The reduced program (:func:`mean_written_into_an_input_then_its_source_written`) is answered
+    with the transform, not plain; the default executors are right."""
+    tc = tuple(c for c in ALL_CELLS if c.entry == "jit" and c.executors == "torch_compile")
+    assert_matches_eager(running_stats_updated_then_a_source_written, lambda g: (_x(g), _x(False), _transposed(False), *_stats()),
+                         grad_modes=(False,), configs=tc)
+
+
+def test_a_reduction_written_into_an_input_is_wrong_in_plain_torch_compile():
+    """The upstream witness of the xfail above (torch 2.11, CPU): fails when plain
+    ``torch.compile`` is right, and the xfail can be looked at again."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    args = (_x(False), _transposed(False), _stats()[0])
+    want = mean_written_into_an_input_then_its_source_written(*[a.clone() for a in args])[0]
+    got = torch.compile(mean_written_into_an_input_then_its_source_written, fullgraph=True)(*[a.clone() for a in args])[0]
+    assert not torch.allclose(got, want), "plain torch.compile is right here now: see the xfail above"
+
+
+def test_a_reduction_written_into_an_input_is_right_with_the_default_executors_and_reduced():
+    defaults = tuple(c for c in ALL_CELLS if c.executors == "default")
+    assert_matches_eager(running_stats_updated_then_a_source_written, lambda g: (_x(g), _x(False), _transposed(False), *_stats()),
+                         configs=defaults)
+    tc = tuple(c for c in ALL_CELLS if c.executors == "torch_compile")
+    assert_matches_eager(mean_written_into_an_input_then_its_source_written, lambda g: (_x(False), _transposed(False), _stats()[0]),
+                         grad_modes=(False,), configs=tc)
