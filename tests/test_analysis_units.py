@@ -539,6 +539,17 @@ def test_identity_ops_are_those_eager_answers_with_their_input(name, fn, makers)
     assert is_identity(bsym) == (eager and name != "contiguous"), f"{name}: eager returns its input: {eager}"
 
 
+def _traced_op(name: str, fn, makers) -> tuple:
+    """Real arguments from ``makers``, the bsym ``name`` of ``fn``'s trace, its tensor arguments,
+    and ``fn``'s parameter names."""
+    args = [m() for m in makers]
+    jf = thunder.jit(fn)
+    jf(*args)
+    (bsym,) = [b for b in thunder.last_traces(jf)[0].bound_symbols if b.sym.name == name]
+    params = [p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)]
+    return args, bsym, params, list(fn.__code__.co_varnames[: fn.__code__.co_argcount])
+
+
 @pytest.mark.parametrize("name,fn,makers", SAVES_CASES, ids=[c[0] for c in SAVES_CASES])
 def test_saves_input_is_whether_eagers_backward_raises_after_a_write(name, fn, makers):
     """``saves_input(bsym, arg)`` against eager itself, on real tensors: the op on copies of the
@@ -547,12 +558,7 @@ def test_saves_input_is_whether_eagers_backward_raises_after_a_write(name, fn, m
     backward saves that argument."""
     from thunder_ext.meta_calls import saves_input
 
-    args = [m() for m in makers]
-    jf = thunder.jit(fn)
-    jf(*args)
-    (bsym,) = [b for b in thunder.last_traces(jf)[0].bound_symbols if b.sym.name == name]
-    params = [p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)]
-    names = list(fn.__code__.co_varnames[: fn.__code__.co_argcount])
+    args, bsym, params, names = _traced_op(name, fn, makers)
     no_grad = {"rm", "rv"}
     checked = 0
     for k, pname in enumerate(names):
@@ -589,12 +595,7 @@ def test_saves_input_asked_with_the_arguments_that_carry_a_gradient(name, fn, ma
 
     from thunder_ext.meta_calls import saves_input
 
-    args = [m() for m in makers]
-    jf = thunder.jit(fn)
-    jf(*args)
-    (bsym,) = [b for b in thunder.last_traces(jf)[0].bound_symbols if b.sym.name == name]
-    params = [p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)]
-    names = list(fn.__code__.co_varnames[: fn.__code__.co_argcount])
+    args, bsym, params, names = _traced_op(name, fn, makers)
     floating = [n for n, a in zip(names, args) if a.is_floating_point()]
     for r in range(len(floating) + 1):
         for grads in combinations(floating, r):
