@@ -151,8 +151,7 @@ def refuse_unsupported_gradients(
         # After the refusals that name a more specific cause.  Under thunder.jit a value left out
         # for eager's own refusal (input_histories.written_values) is answered: eager raises only
         # where the caller differentiates through it.  Writes kept in place have no value to adopt.
-        kept = {n: f"its writes stay in place: {why}" for n, why in report.kept_inputs.items()}
-        refuse_plain_input_history_lost(before, diff, stripped, kept.get, graph_module=False)
+        refuse_plain_input_history_lost(before, diff, stripped, _kept_reasons(report).get, graph_module=False)
     if independent is not None:  # after the more specific refusal of writes through views
         raise independent
 
@@ -992,10 +991,15 @@ def grad_writes_into_grad_inputs(trace: TraceCtx, stripped: tuple[list[BoundSymb
     return first
 
 
+def _kept_reasons(report: BarrierReport) -> dict[str, str]:
+    """Input name -> why its writes stay in place, for the inputs the functionalizer kept."""
+    return {n: f"its writes stay in place: {reason}" for n, reason in report.kept_inputs.items()}
+
+
 def _why_not_adopted(report: BarrierReport, adopted: frozenset[str]) -> dict[str, str]:
     """Input name -> why its writes did not become a value whose history the caller's tensor
     adopts (:mod:`thunder_ext.input_histories`), for the inputs that require grad it left out."""
-    why = {n: f"its writes stay in place: {reason}" for n, reason in report.kept_inputs.items()}
+    why = _kept_reasons(report)
     for n in report.histories:
         if n not in adopted:
             why[n] = (
