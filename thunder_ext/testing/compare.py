@@ -60,6 +60,10 @@ class Outcome:
     # ``b`` with history; an output that lost it fails the caller's ``backward`` even where
     # the gradient it would carry is zero (so comparing gradients cannot see it).
     requires_grad: list = field(default_factory=list)
+    # Per input that did not require grad at the call: whether it does after it (it got a value
+    # with a gradient in place).  Both directions matter: a caller's ``backward`` from it raises
+    # in eager where it has no history, and misses a gradient where it lost one.
+    plain_inputs_require_grad: list = field(default_factory=list)
     error: BaseException | None = None
     compiled: Any = None
     # Positions in ``grads`` of the ``retain_grad`` of non-leaf inputs the call wrote in place
@@ -184,6 +188,7 @@ def execute(fn: Callable, args: Sequence, state: dict) -> Outcome:
         if loss is not None and leaves:
             loss.backward()
         out.requires_grad = [t.requires_grad for t in _flat_tensors(outputs)]
+        out.plain_inputs_require_grad = [a.requires_grad for a in plain]
         out.outputs = torch.utils._pytree.tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, outputs)
         out.grads = [a.grad for a in leaves] + [_total(r) for r in at_call]
     except Exception as e:  # the verdict classifies it
@@ -231,6 +236,11 @@ def _assert_same(got: Outcome, exp: Outcome) -> None:
     lost = [i for i, (g, e) in enumerate(zip(got.requires_grad, exp.requires_grad)) if e and not g]
     if lost:
         raise AssertionError(f"outputs differ: output {lost[0]} requires grad in eager, not compiled (no autograd history)")
+    if got.plain_inputs_require_grad != exp.plain_inputs_require_grad:
+        raise AssertionError(
+            "final input state differs: which inputs that did not require grad do after the call: "
+            f"{got.plain_inputs_require_grad} compiled, {exp.plain_inputs_require_grad} in eager"
+        )
 
 
 def _one_line(e: BaseException) -> str:

@@ -211,6 +211,7 @@ def _rounding_only(build: Builder, v) -> bool:
         grads=_like(reference.grads, got.grads),
         after_call=_like(reference.after_call, got.after_call),
         requires_grad=reference.requires_grad,
+        plain_inputs_require_grad=reference.plain_inputs_require_grad,
     )
     try:
         _assert_same(got, as_got)
