@@ -70,8 +70,21 @@ def reshape_of_a_sum_of_two_layouts_then_written(a, b):
     return w * 2, t.sum(0)
 
 
-# These write the input ``b`` with a value that carries ``a``'s gradient.
-WRITE_THE_INPUT = [reshape_read_with_its_source, reshape_of_a_view_of_the_input, contiguous_read_after_its_source_is_written]
+def contiguous_written_with_a_gradient_then_its_source(a, b):  # soak seed 112000
+    t0 = b.contiguous()  # b itself where b is contiguous: b then carries a's gradient, else none
+    t0.copy_(a)
+    b.tanh_()
+    return (t0,)
+
+
+# These write the input ``b`` with a value that carries ``a``'s gradient (the last one for the
+# view's layout only: the caller's ``b`` adopts the history only where the strides give a view).
+WRITE_THE_INPUT = [
+    reshape_read_with_its_source,
+    reshape_of_a_view_of_the_input,
+    contiguous_read_after_its_source_is_written,
+    contiguous_written_with_a_gradient_then_its_source,
+]
 # These write private storage only.
 WRITE_PRIVATE = [reshape_of_a_pointwise_result_then_written, reshape_of_a_sum_of_two_layouts_then_written]
 # Every answer's outputs and new input values depend on ``a``: both layouts are eager's.

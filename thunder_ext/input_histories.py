@@ -68,6 +68,7 @@ from thunder_ext.copied_views import is_detached
 from thunder_ext.meta_calls import saves_input
 from thunder_ext.op_kinds import is_barrier, is_return, writes_with_grad
 from thunder_ext.refusals import differentiable_names
+from thunder_ext.stride_choices import view_answer
 
 
 class _Adopt(torch.autograd.Function):
@@ -98,9 +99,27 @@ def _adopt_history(x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         return _Adopt.apply(x, value)
 
 
+def _adopt_history_by_strides(
+    x: torch.Tensor, value: torch.Tensor, roots: tuple, recipe: tuple, kind: str, shape: tuple, when: bool
+) -> torch.Tensor:
+    """``x`` adopts ``value``'s history only where the strides of ``roots`` give the answer
+    ``when`` (:func:`thunder_ext.stride_choices.view_answer`): in the other, eager's ``x`` has no
+    history, and ``value`` (a ``where`` of both answers) carries one only through the branch not
+    taken."""
+    if view_answer(roots, recipe, kind, shape) is not when:
+        return x
+    return _adopt_history(x, value)
+
+
 _HISTORIES = OperatorExecutor("thunder_ext_input_histories")
 adopt_history = _HISTORIES.register_operator(
     "adopt_history", meta=lambda x, value: TensorProxy(like=x), fn=_adopt_history, tags=[prims.OpTags.DONT_DCE]
+)
+adopt_history_by_strides = _HISTORIES.register_operator(
+    "adopt_history_by_strides",
+    meta=lambda x, value, *_: TensorProxy(like=x),
+    fn=_adopt_history_by_strides,
+    tags=[prims.OpTags.DONT_DCE],
 )
 
 
@@ -207,13 +226,23 @@ def _saves_storage_a_kept_write_changes_later(made_by, position, info, last_kept
 
 
 def route_histories(
-    prologue: TraceCtx, computation: TraceCtx, epilogue: TraceCtx, values: dict[str, TensorProxy], returned_inputs: dict[int, str]
+    prologue: TraceCtx,
+    computation: TraceCtx,
+    epilogue: TraceCtx,
+    values: dict[str, TensorProxy],
+    returned_inputs: dict[int, str],
+    *,
+    by_answer: dict[str, tuple] | None = None,
 ) -> tuple[TraceCtx, TraceCtx, TraceCtx, HistoryReport]:
     """The three traces with each input of ``values`` adopting its value's history in the epilogue.
 
     ``values``: :func:`written_values`; ``returned_inputs``: the flat output positions that are
-    the input itself in eager (``FunctionalizeReport.returned_inputs``).
+    the input itself in eager (``FunctionalizeReport.returned_inputs``).  ``by_answer``: inputs
+    that adopt it only for one answer of a run-time stride choice
+    (:func:`thunder_ext.stride_choices.histories_by_answer`); the inputs whose strides decide are
+    handed to the epilogue too.
     """
+    by_answer = by_answer or {}
     report = HistoryReport()
     if not values:
         return prologue, computation, epilogue, report
@@ -249,11 +278,15 @@ def route_histories(
         new_computation.bound_symbols = [*computation.bound_symbols[:-1], new_ret]
         new_computation.set_provenance(TraceProvenance(f"thunder_ext input histories ({len(extras)} values handed to the epilogue)"))
 
-    # The prologue hands the caller's tensors to the epilogue.
+    # The prologue hands the caller's tensors to the epilogue, and those whose strides decide.
+    roots = [r.name for n in names if n in by_answer for r in by_answer[n][0]]
+    handed = list(dict.fromkeys([*names, *roots]))
+    if any(n not in by_name for n in handed):
+        by_answer, handed = {}, names  # a root the prologue does not hand in: adopt in both answers
     new_prologue = from_trace(prologue)
     new_prologue.bound_symbols = [
         *prologue.bound_symbols[:-1],
-        pret.from_bsym(args=((handed_in, (*handed_epi, *(by_name[n] for n in names))), *pret.args[1:])),
+        pret.from_bsym(args=((handed_in, (*handed_epi, *(by_name[n] for n in handed))), *pret.args[1:])),
     ]
     new_prologue.set_provenance(TraceProvenance("thunder_ext input histories (inputs handed to the epilogue)"))
 
@@ -266,14 +299,21 @@ def route_histories(
     new_epilogue.names.update(p.name for b in epilogue.bound_symbols for p in (*b.flat_proxy_args, *b.flat_proxy_outs))
     new_epilogue.names.update(v.name for v in extras)
     with tracectx(new_epilogue):
-        tensors = [TensorProxy(like=by_name[n]) for n in names]
+        tensors = {n: TensorProxy(like=by_name[n]) for n in handed}
         extra_args = [TensorProxy(like=v) for v in extras]
-        args = [*epilogue.args[:n_handed], *tensors, *epilogue.args[n_handed:], *extra_args]
+        args = [*epilogue.args[:n_handed], *tensors.values(), *epilogue.args[n_handed:], *extra_args]
         outputs = list(epilogue.args[n_handed:]) + extra_args
         adopts, swap = [], {}
-        for n, t in zip(names, tensors):
-            adopted = TensorProxy(like=t)
-            adopts.append(adopt_history.bind(t, outputs[slot[n]], output=adopted))
+        for n in names:
+            t, adopted = tensors[n], TensorProxy(like=tensors[n])
+            if n in by_answer:
+                rs, recipe, kind, shape, when = by_answer[n]
+                epi_roots = tuple(tensors[r.name] for r in rs)
+                adopts.append(
+                    adopt_history_by_strides.bind(t, outputs[slot[n]], epi_roots, recipe, kind, shape, when, output=adopted)
+                )
+            else:
+                adopts.append(adopt_history.bind(t, outputs[slot[n]], output=adopted))
             for k, m in returned_inputs.items():
                 if m == n and k < len(out):
                     swap[variableify(outputs[k])] = adopted

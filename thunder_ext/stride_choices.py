@@ -184,6 +184,21 @@ def _is_view(t: torch.Tensor, kind: str, shape: tuple) -> bool:
 _ANSWERS: dict[tuple, bool] = {}
 
 
+def view_answer(roots: Sequence[torch.Tensor], recipe: tuple, kind: str, shape: tuple) -> bool:
+    """Eager's choice for the caller's tensors ``roots``: ``recipe`` made again from them on meta
+    tensors, then whether ``reshape`` to ``shape`` would be a view or ``contiguous`` would return
+    it itself.  Metadata only."""
+    layouts = tuple((tuple(r.shape), r.stride(), r.dtype) for r in roots)
+    key = (repr(recipe), kind, tuple(shape), layouts)
+    answer = _ANSWERS.get(key)
+    if answer is None:
+        answer = _is_view(run_recipe(roots, recipe), kind, shape)
+        if len(_ANSWERS) >= 4096:
+            _ANSWERS.clear()
+        _ANSWERS[key] = answer
+    return answer
+
+
 def _is_view_at_run_time(
     roots: tuple, recipe: tuple, kind: str, shape: tuple, like: tuple, refuse: bool | None = None, why: str = ""
 ) -> torch.Tensor:
@@ -194,14 +209,7 @@ def _is_view_at_run_time(
     0-d one: Inductor's C++ code generation fails on a 0-d bool predicate broadcast into an int64
     loop, torch 2.11).  Raises where the answer is ``refuse``: the compiled program cannot give
     eager's gradients for it (``why``)."""
-    layouts = tuple((tuple(r.shape), r.stride(), r.dtype) for r in roots)
-    key = (repr(recipe), kind, tuple(shape), layouts)
-    answer = _ANSWERS.get(key)
-    if answer is None:
-        answer = _is_view(run_recipe(roots, recipe), kind, shape)
-        if len(_ANSWERS) >= 4096:
-            _ANSWERS.clear()
-        _ANSWERS[key] = answer
+    answer = view_answer(roots, recipe, kind, shape)
     if answer is refuse:
         from thunder_ext.errors import StrideDependentViewError
 
@@ -250,6 +258,10 @@ class StrideChoiceReport:
     selections: dict[str, str] = field(default_factory=dict)  # a selection's name -> what it is, in words
     not_chosen: str = ""  # why the program was left as it was
     refused_at_run_time: str = ""  # 'view' or 'copy': the answer whose strides a call is refused for
+    input_values: dict[str, str] = field(default_factory=dict)  # a written input -> its new value's selection
+    # A plain input whose new value carries a gradient in one answer only -> (roots, recipe, kind,
+    # shape, that answer): the caller's tensor adopts the history only where the strides give it.
+    histories_by_answer: dict[str, tuple] = field(default_factory=dict)
 
 
 def _read_after_next_write(i: int, info: AliasInfo, bsyms: Sequence[BoundSymbol], last_read: dict[str, int]) -> bool:
@@ -542,6 +554,7 @@ def choose_at_run_time(
         try:
             for name, x in written.items():
                 values[name] = value = select(last_version(x), f"the new value of `{name}`")
+                report.input_values[name] = value.name
                 made, copied = record(new, lambda x=x, value=value: prims.copy_(value, x, grad_enabled=name in with_grad))
                 out.extend(at_source_of(made, last_writes[name]))
                 if value.name in diff or name in carries:  # a write through a view names no version of x
@@ -590,7 +603,37 @@ def _return_of(ret: BoundSymbol, as_output: dict, as_input: dict) -> BoundSymbol
     return ret.from_bsym(args=args)
 
 
-def answers_eager_differs_on(trace: TraceCtx, report: StrideChoiceReport) -> tuple[set[bool], str]:
+def histories_by_answer(trace: TraceCtx, report: StrideChoiceReport, adopted: dict[str, TensorProxy]) -> dict[str, tuple]:
+    """The inputs among ``adopted`` (input -> the value whose history it adopts after the call,
+    :func:`thunder_ext.input_histories.written_values`) that should adopt it for one answer only:
+    inputs that do not require grad, whose new value is a selection of one flag that nothing
+    returns, and carries a gradient in one answer only (``t0 = a.contiguous(); t0.copy_(c);
+    a.tanh_()``: eager's ``a`` has ``c``'s history where ``contiguous`` is ``a`` itself, none
+    where it copies).  Input -> (roots, recipe, kind, shape, the answer that carries); ``trace``:
+    the barrier pass's output, values only."""
+    plain = {a.name for a in trace.args if isinstance(a, TensorProxy) and not a.requires_grad}
+    grad_inputs = [a.name for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad]
+    feeds = {x: _fed_with_grad(trace, x) for x in grad_inputs}
+    returned = {p.name for b in trace.bound_symbols if is_return(b) for p in b.flat_proxy_args}
+    made = {o.name: b for b in trace.bound_symbols for o in tensor_outs(b)}
+    out: dict[str, tuple] = {}
+    for name, value in adopted.items():
+        if name not in plain or report.input_values.get(name) != value.name or value.name in returned:
+            continue
+        where = made.get(value.name)
+        args = tensor_args(where) if where is not None and where.sym.name == "where" else ()
+        flag = made.get(args[0].name) if len(args) == 3 and args[0].name in report.flags else None
+        if flag is None or flag.sym is not is_view_at_run_time:
+            continue
+        as_view, as_copy = (any(args[k].name in names for names in feeds.values()) for k in (1, 2))
+        if as_view != as_copy and len(report.chosen) == 1:  # with two ops, the branches are selections too
+            out[name] = (*flag.args[:4], as_view)
+    return out
+
+
+def answers_eager_differs_on(
+    trace: TraceCtx, report: StrideChoiceReport, adopted_by_answer: frozenset[str] = frozenset()
+) -> tuple[set[bool], str]:
     """The answers of a single choice on which the compiled program cannot be eager's, and why in
     words; ``trace``: the barrier pass's output, values only.
 
@@ -600,6 +643,9 @@ def answers_eager_differs_on(trace: TraceCtx, report: StrideChoiceReport) -> tup
     answer eager's outputs would not require grad, or an input's ``grad`` would stay None, where
     a ``where`` passes a zero gradient to the answer not taken.  With more than one choice,
     every answer must select values that depend on the same such inputs.
+
+    ``adopted_by_answer``: selections whose history the caller's input adopts only for the answer
+    in which they carry a gradient (:func:`histories_by_answer`): exact in both.
     """
     grad_inputs = [a.name for a in trace.args if isinstance(a, TensorProxy) and a.requires_grad]
     feeds = {x: _fed_with_grad(trace, x) for x in grad_inputs}
@@ -608,6 +654,8 @@ def answers_eager_differs_on(trace: TraceCtx, report: StrideChoiceReport) -> tup
     for b in trace.bound_symbols:
         args = tensor_args(b)
         if b.sym.name != "where" or len(args) != 3 or args[0].name not in report.flags:
+            continue
+        if tensor_outs(b)[0].name in adopted_by_answer:
             continue
         for x, names in feeds.items():
             as_view, as_copy = args[1].name in names, args[2].name in names

@@ -59,6 +59,9 @@ def _input_lines(report) -> list[str]:
             + ", ".join(choices.chosen)
             + (f"; strides giving the {choices.refused_at_run_time} refused at the call" if choices.refused_at_run_time else "")
         )
+        for name, spec in getattr(choices, "histories_by_answer", {}).items():
+            answer = "a view" if spec[-1] else "a copy"
+            lines.append(f"input `{name}` takes its new value's gradient history only where the strides make it {answer}")
     if getattr(report, "functional_inputs", None):
         names = ", ".join(f"`{n}`" for n in report.functional_inputs)
         lines.append(f"inputs written as values, then copied back once at the end: {names}")

@@ -54,6 +54,7 @@ from thunder_ext.stride_choices import (
     answers_eager_differs_on,
     choose_at_run_time,
     find_stride_choices,
+    histories_by_answer,
     refuse_at_run_time,
     refusal_message,
 )
@@ -134,9 +135,11 @@ class InplaceBarrierTransform(thunder.Transform):
             # the call, in Thunder's epilogue (thunder_ext.input_histories).
             values = written_values(new, report.histories, report.epilogue_writes)
             n_out = len(new.bound_symbols[-1].args[0]["output"])
+            choices = report.stride_choices
             prologue_trace, new, epilogue_trace, histories = route_histories(
-                prologue_trace, new, epilogue_trace, values, report.returned_inputs
-            )
+                prologue_trace, new, epilogue_trace, values, report.returned_inputs,
+                by_answer=choices.histories_by_answer if choices is not None else {},
+            )  # fmt: skip
             flags = cd.compile_options.get("is_differentiable_outputs") if cd is not None else None
             if flags is not None and histories.extra_outputs:
                 # ThunderFX flags each FX output; the values handed out carry gradients.
@@ -297,7 +300,13 @@ def _choose_at_run_time(computation_trace: TraceCtx, config: stage_config.StageC
     if report.kept_inputs or report.kept_private_groups:
         refusal.add_note("Not chosen at run time: a write of one answer would stay in place.")
         raise refusal
-    inexact, why = answers_eager_differs_on(new, choice)
+    if config.histories_routed and report.histories:
+        # A plain input whose new value carries a gradient in one answer only adopts its history
+        # only where the strides give that answer (thunder_ext.input_histories): exact in both.
+        adopted = written_values(new, report.histories, report.epilogue_writes)
+        choice.histories_by_answer = histories_by_answer(new, choice, adopted)
+    by_answer = frozenset(choice.input_values[n] for n in choice.histories_by_answer)
+    inexact, why = answers_eager_differs_on(new, choice, by_answer)
     if len(inexact) > 1:
         refusal.add_note(f"Not chosen at run time: {why}.")
         raise refusal
