@@ -181,6 +181,26 @@ def test_under_thunderfx_a_gradient_written_into_a_plain_input_is_adopted(fn, co
     _assert_eager(fn, _contiguous, config, True)
 
 
+@pytest.mark.parametrize("config", MATRIX, ids=config_id)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_an_input_takes_a_history_only_for_the_layout_that_gives_it_one(layout, config):
+    """Soak seed 112000's needless refusal: eager's ``b`` gets ``a``'s history where ``contiguous``
+    is ``b`` itself and none where it copies, and the copy's strides were refused at the call.
+    The caller's ``b`` now adopts the history only where the strides give the view: each layout
+    is eager's through both entries, also in whether ``b`` requires grad after the call, and the
+    report says which input and answer."""
+    fn = contiguous_written_with_a_gradient_then_its_source
+    v = differential(_build(fn, LAYOUTS[layout], True), config)
+    assert v.status == "correct", v.detail
+    report = last_reports(v.outcome.compiled)[0].before_autodiff
+    assert report.stride_choices is not None and not report.stride_choices.refused_at_run_time
+    [(name, spec)] = report.stride_choices.histories_by_answer.items()
+    assert name in ("b", "l_b_") and spec[-1] is True  # the view answer carries the gradient
+    assert f"input `{name}` takes its new value's gradient history only where the strides make it a view" in str(
+        last_reports(v.outcome.compiled)[0]
+    )
+
+
 @pytest.mark.parametrize("config", JIT, ids=config_id)
 @pytest.mark.parametrize("fn", [reshape_written_after_its_source, contiguous_written_after_its_source], ids=lambda f: f.__name__)
 def test_a_layout_whose_gradients_differ_is_refused_at_the_call(fn, config):
